@@ -1,0 +1,1 @@
+"""Scheduling policies, one module each; see :mod:`backend.scheduling.registry`."""

@@ -1,0 +1,493 @@
+"""Loss prediction: per-job curve fits, memoised and refitted in batches.
+
+For each job the predictor keeps one :class:`CurveFit`, keyed by the job's
+newest reported iteration and point count. A policy instance lives across
+scheduling rounds, so only jobs that reported new points since the last round
+are refitted, and all of them together in one batched numpy fit
+(:func:`backend.scheduling.curves.fit_all`).
+
+How a fit is made (DESIGN §5):
+
+* the window is the newest points plus log-spaced older ones, weighted by
+  ``exp(-age / (decay * k_last))`` so recent behaviour dominates;
+* every family is fitted twice: once without the newest points, to measure its
+  recent out-of-sample error, and once on everything. The family with the
+  lowest (smoothed across refits) out-of-sample error is used;
+* predictions are re-anchored at the job's recent loss level, so the predicted
+  drop is ``f(k) - f(k+n)`` of the curve, never ``L_last - f(k+n)`` (a fit that
+  passes above the last point would otherwise predict no gain and starve the
+  job for ever);
+* with fewer than ``min_points`` points, geometric extrapolation
+  ``L_{k+n} = L_k r^n`` is used instead.
+
+The band is ``z * sqrt(noise^2 + (drift * n)^2)``: ``noise`` is the fit's
+residual scale, ``drift`` the measured out-of-sample error per iteration ahead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from backend.scheduling.curves import FAMILIES, asymptote, evaluate, fit_all
+from backend.scheduling.types import JobView, LossPoint
+
+GEOMETRIC = "geometric"
+"""Family name of the few-points fallback."""
+
+FLAT = "flat"
+"""Family name when no decreasing curve fits: the job looks converged."""
+
+UNKNOWN = "unknown"
+"""Family name for a job with too little history to extrapolate at all."""
+
+
+@dataclass(frozen=True)
+class PredictorConfig:
+    """Tuning of the curve fits; the defaults are what the benchmarks use."""
+
+    window: int = 40
+    dense_tail: int = 16
+    history_frac: float = 0.5
+    min_history: int = 24
+    decay: float = 0.5
+    min_points: int = 6
+    holdout_frac: float = 0.25
+    smoothing: float = 0.5
+    timing_points: int = 50
+    refit_budget: int = 256
+    """Most jobs refitted per call (jobs never fitted are always fitted); the
+    rest keep their previous fit one more round, which bounds decision time
+    when hundreds of slots report at once."""
+
+
+@dataclass(frozen=True)
+class CurveFit:
+    """One job's fitted curve plus the statistics policies normalise with.
+
+    Losses are in the job's own units. ``anchor`` is the job's current loss
+    level (the fit re-anchored at its newest points), ``initial_loss`` and
+    ``lowest_loss`` bound the drop it has shown, ``largest_step_drop`` is the
+    largest drop between two consecutive reports (SLAQ's normaliser).
+    """
+
+    job_id: int
+    key: tuple[int, int]
+    family: str
+    params: tuple[float, ...]
+    k_last: int
+    k0: float
+    span: float
+    lo: float
+    height: float
+    anchor: float
+    noise: float
+    drift: float
+    initial_loss: float
+    lowest_loss: float
+    largest_step_drop: float
+    seconds_per_iteration: float | None
+    errors: tuple[float, ...] = ()
+    floor: float = -math.inf
+    candidates: tuple[tuple[float, ...] | None, ...] = ()
+
+    def drop(self, n: int) -> float:
+        """Predicted loss decrease over the next ``n`` iterations (>= 0)."""
+        if n <= 0 or self.family in (FLAT, UNKNOWN):
+            return 0.0
+        if self.family == GEOMETRIC:
+            ratio = self.params[0]
+            return max(self.anchor, 0.0) * (1.0 - ratio**n)
+        now = _scaled(self.family, self.params, 1.0)
+        later = _scaled(self.family, self.params, 1.0 + n / self.span)
+        return max(self.height * (now - later), 0.0)
+
+    def uncertainty(self, n: int) -> float:
+        """How wrong the drop over ``n`` iterations has recently been (loss units)."""
+        return self.drift * max(n, 0)
+
+    def predict(self, n: int) -> tuple[float, float, float]:
+        """Loss ``n`` iterations ahead: ``(predicted, low, high)``."""
+        mean = self.anchor - self.drop(n)
+        width = self.band_width(n)
+        return mean, mean - width, mean + width
+
+    def band_width(self, n: int) -> float:
+        return _BAND_Z * math.hypot(self.noise, self.uncertainty(n))
+
+    @property
+    def largest_drop(self) -> float:
+        """The largest drop the job has shown: initial loss to its lowest loss."""
+        return self.initial_loss - self.lowest_loss
+
+    @property
+    def known(self) -> bool:
+        return self.family != UNKNOWN
+
+
+_BAND_Z = 1.0
+
+
+def _scaled(family: str, params: tuple[float, ...], x: float) -> float:
+    """Scalar form of :func:`backend.scheduling.curves.evaluate` (no numpy overhead)."""
+    if family == "inv_quad":
+        q = params[0] + params[1] * x + params[2] * x * x
+        return params[3] + 1.0 / max(q, 1e-12)
+    if family == "exp":
+        return params[1] + params[0] * math.exp(-params[2] * x)
+    if family == "inv_lin":
+        return params[1] + params[0] / (x + params[2])
+    raise ValueError(family)
+
+
+def history_key(job: JobView) -> tuple[int, int]:
+    """Identifies a job's loss history: (newest iteration, number of points)."""
+    losses = job.losses
+    return (losses[-1].iteration if losses else 0, len(losses))
+
+
+@dataclass
+class _Window:
+    job: JobView
+    x: np.ndarray
+    y: np.ndarray
+    w: np.ndarray
+    held: np.ndarray
+    k: np.ndarray
+    k0: float
+    span: float
+    lo: float
+    height: float
+    previous: CurveFit | None
+
+
+@dataclass
+class LossPredictor:
+    """Memoised, batched loss predictor; one instance per policy instance.
+
+    Example::
+
+        predictor = LossPredictor()
+        fit = predictor.fit(job)          # refits only if job has new points
+        fit.drop(50), fit.predict(50)     # predicted drop, (loss, low, high)
+    """
+
+    config: PredictorConfig = field(default_factory=PredictorConfig)
+    _fits: dict[int, CurveFit] = field(default_factory=dict)
+    refits: int = 0
+    deferred: int = 0
+
+    def __len__(self) -> int:
+        return len(self._fits)
+
+    def fit(self, job: JobView) -> CurveFit:
+        return self.fit_many([job])[0]
+
+    def fit_many(self, jobs: Sequence[JobView]) -> list[CurveFit]:
+        """Current fits for ``jobs``, refitting (in one batch) those with new points."""
+        stale: list[JobView] = []
+        late: list[JobView] = []
+        for job in jobs:
+            cached = self._fits.get(job.job_id)
+            if cached is None:
+                stale.append(job)
+            elif cached.key != history_key(job):
+                # Beyond the budget, a job keeps its previous fit for a round.
+                (stale if len(stale) < self.config.refit_budget else late).append(job)
+        if stale:
+            self._refit(stale)
+        self.deferred = len(late)
+        return [self._fits[job.job_id] for job in jobs]
+
+    def cached(self, job_id: int) -> CurveFit | None:
+        return self._fits.get(job_id)
+
+    def forget_except(self, job_ids: Iterable[int]) -> None:
+        """Drop memoised fits of jobs that are gone (finished or cancelled)."""
+        keep = set(job_ids)
+        for job_id in [j for j in self._fits if j not in keep]:
+            del self._fits[job_id]
+
+    # -- refitting -----------------------------------------------------------
+
+    def _refit(self, jobs: Sequence[JobView]) -> None:
+        self.refits += len(jobs)
+        windows: list[_Window] = []
+        for job in jobs:
+            previous = self._fits.get(job.job_id)
+            self._fits[job.job_id] = self._statistics(job)
+            if len(job.losses) >= self.config.min_points:
+                windows.append(self._window(job, previous))
+        if windows:
+            self._fit_windows(windows)
+
+    def _statistics(self, job: JobView) -> CurveFit:
+        """Running statistics, updated from new points only, plus the geometric fit."""
+        losses = job.losses
+        previous = self._fits.get(job.job_id)
+        if losses:
+            initial = job.initial_loss if job.initial_loss is not None else losses[0].loss
+        else:
+            initial = job.initial_loss if job.initial_loss is not None else math.nan
+        if previous is None:
+            lowest, step, start = initial, 0.0, 0
+            prev_loss = initial
+        else:
+            lowest, step = previous.lowest_loss, previous.largest_step_drop
+            start = len(losses)
+            while start > 0 and losses[start - 1].iteration > previous.k_last:
+                start -= 1
+            prev_loss = losses[start - 1].loss if start > 0 else math.nan
+        for point in losses[start:]:
+            lowest = point.loss if math.isnan(lowest) else min(lowest, point.loss)
+            if not math.isnan(prev_loss):
+                step = max(step, prev_loss - point.loss)
+            prev_loss = point.loss
+        spi = _seconds_per_iteration(losses, self.config.timing_points)
+        family, anchor = UNKNOWN, math.nan
+        params: tuple[float, ...] = ()
+        if losses:
+            anchor = losses[-1].loss
+            ratio = _geometric_ratio(losses, initial)
+            if ratio is not None:
+                family, params = GEOMETRIC, (ratio,)
+        return CurveFit(
+            job_id=job.job_id, key=history_key(job), family=family, params=params,
+            k_last=losses[-1].iteration if losses else 0, k0=0.0, span=1.0, lo=0.0,
+            height=1.0, anchor=anchor, noise=0.0,
+            drift=abs(anchor) * 0.05 if family == GEOMETRIC else 0.0,
+            initial_loss=initial, lowest_loss=lowest, largest_step_drop=step,
+            seconds_per_iteration=spi,
+            errors=previous.errors if previous is not None else (),
+        )
+
+    def _window(self, job: JobView, previous: CurveFit | None) -> _Window:
+        cfg = self.config
+        n = len(job.losses)
+        # Only the recent part of the history is fitted: early, steep losses
+        # would dominate a least-squares fit and hide the tail's curvature.
+        recent = min(n, max(cfg.min_history, math.ceil(cfg.history_frac * n)))
+        ages = np.unique(np.concatenate([
+            np.arange(min(cfg.dense_tail, n)),
+            np.round(np.linspace(0, recent - 1, cfg.window - cfg.dense_tail)).astype(int),
+        ]))
+        picked = [job.losses[n - 1 - a] for a in ages[::-1]]
+        k = np.array([p.iteration for p in picked], dtype=float)
+        loss = np.array([p.loss for p in picked], dtype=float)
+        k0, k_last = k[0], k[-1]
+        span = max(k_last - k0, 1.0)
+        lo = float(loss.min())
+        height = max(float(loss.max()) - lo, 1e-12 * max(1.0, abs(lo)))
+        weights = np.exp(-(k_last - k) / max(cfg.decay * span, 1.0))
+        cut = k_last - cfg.holdout_frac * span
+        held = k > cut
+        held[-2:] = True  # always test at least the two newest points
+        held[:4] = False  # and always train on at least four
+        return _Window(job, (k - k0) / span, (loss - lo) / height, weights, held, k,
+                       float(k0), float(span), lo, height, previous)
+
+    def _fit_windows(self, windows: list[_Window]) -> None:
+        x, y, w, held = _pack(windows, self.config.window)
+        full = fit_all(x, y, w)
+        oos = np.full((len(windows), len(FAMILIES)), np.inf)
+        horizon = np.ones(len(windows))
+        first = []
+        for i, win in enumerate(windows):
+            tracked = _tracked_errors(win.previous, win.job)
+            if tracked is None:
+                first.append(i)
+            else:
+                oos[i], horizon[i] = tracked
+        if first:
+            # No earlier fit to judge: hold out the newest points instead.
+            rows = np.array(first)
+            oos[rows], horizon[rows] = _holdout_errors(x[rows], y[rows], w[rows], held[rows])
+            horizon[rows] *= np.array([windows[i].span for i in first])
+        used = w > 0
+        weight_sum = np.maximum(w.sum(1), 1e-12)
+        level = np.empty((len(windows), len(FAMILIES)))  # scaled loss now, re-anchored
+        for f, fit in enumerate(full):
+            pred = evaluate(fit.family, fit.params, x)
+            now = evaluate(fit.family, fit.params, np.ones((len(windows), 1)))[:, 0]
+            level[:, f] = now + _recent_offset(y - pred, used)
+        noise = np.sqrt(np.stack([fit.sse for fit in full], 1) / weight_sum[:, None])
+        floors = np.stack([asymptote(fit.family, fit.params) for fit in full], 1)
+        for i, win in enumerate(windows):
+            self._choose(win, full, i, oos[i], max(float(horizon[i]), 1.0), level[i],
+                         noise[i], floors[i])
+
+    def _choose(self, win: _Window, full: list, i: int, oos: np.ndarray, horizon: float,
+                level: np.ndarray, noise: np.ndarray, floors: np.ndarray) -> None:
+        """Keep the valid family with the lowest smoothed out-of-sample error."""
+        base = self._fits[win.job.job_id]
+        alpha = self.config.smoothing
+        errors = tuple(float(e) for e in oos)
+        if len(base.errors) == len(errors):
+            errors = tuple(_smooth(p, e, alpha) for e, p in zip(errors, base.errors, strict=True))
+        valid = [f for f in range(len(FAMILIES)) if math.isfinite(full[f].sse[i])]
+        if not valid:
+            self._fits[win.job.job_id] = replace(
+                base, family=FLAT, errors=errors, noise=win.height * float(np.std(win.y[-8:])))
+            return
+        f = min(valid, key=lambda v: errors[v])
+        err = errors[f] if math.isfinite(errors[f]) else 1.0
+        self._fits[win.job.job_id] = replace(
+            base, family=FAMILIES[f], params=tuple(full[f].params[i].tolist()), k0=win.k0,
+            span=win.span, lo=win.lo, height=win.height,
+            anchor=win.lo + win.height * float(level[f]),
+            noise=win.height * float(noise[f]), drift=win.height * err / horizon,
+            errors=errors, floor=win.lo + win.height * float(floors[f]),
+            candidates=tuple(tuple(full[v].params[i].tolist()) if v in valid else None
+                             for v in range(len(FAMILIES))),
+        )
+
+
+def _pack(windows: list[_Window], size: int) -> tuple[np.ndarray, ...]:
+    """Windows as zero-padded ``(J, size)`` arrays (padding has weight 0)."""
+    x = np.zeros((len(windows), size))
+    y = np.zeros_like(x)
+    w = np.zeros_like(x)
+    held = np.zeros(x.shape, dtype=bool)
+    for i, win in enumerate(windows):
+        m = len(win.x)
+        x[i, :m], y[i, :m], w[i, :m], held[i, :m] = win.x, win.y, win.w, win.held
+    return x, y, w, held
+
+
+def _holdout_errors(x: np.ndarray, y: np.ndarray, w: np.ndarray, held: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Each family's error on the held-out newest points (scaled units), re-anchored
+    at the newest training points, and the mean scaled horizon of those points."""
+    holdout = fit_all(x, y, np.where(held, 0.0, w))
+    test = (held & (w > 0)).astype(float)
+    train = ~held & (w > 0)
+    last_train = np.maximum(train.cumsum(1).argmax(1), 0)
+    oos = np.zeros((x.shape[0], len(FAMILIES)))
+    for f, fit in enumerate(holdout):
+        pred = evaluate(fit.family, fit.params, x)
+        offset = _recent_offset(y - pred, train)
+        err = np.abs(y - pred - offset[:, None]) * test
+        mean_err = err.sum(1) / np.maximum(test.sum(1), 1)
+        oos[:, f] = np.where(np.isfinite(fit.sse), mean_err, np.inf)
+    rows = np.arange(x.shape[0])
+    horizon = (x * test).sum(1) / np.maximum(test.sum(1), 1) - x[rows, last_train]
+    return oos, horizon
+
+
+_ANCHOR_POINTS = 3
+"""Newest points whose mean residual re-anchors a fit. The last point alone
+predicts one step ahead slightly better on smooth curves, but its noise leaks
+into the tracked errors (hence the exploration bonus) and scheduled worse."""
+
+_TRACKED_POINTS = 12
+"""New points each earlier fit is judged on (evenly spaced over what arrived)."""
+
+
+def _tracked_errors(previous: CurveFit | None, job: JobView
+                    ) -> tuple[np.ndarray, float] | None:
+    """How well each family's *previous* fit predicted the points that arrived
+    since: a true out-of-sample error, and free, because those fits exist.
+
+    Returns per-family errors in the previous fit's scaled units and the mean
+    horizon (iterations) of the judged points; ``None`` without an earlier fit.
+    """
+    if previous is None or len(previous.candidates) != len(FAMILIES):
+        return None
+    losses = job.losses
+    start = len(losses)
+    while start > 0 and losses[start - 1].iteration > previous.k_last:
+        start -= 1
+    new = losses[start:]
+    if not new:
+        return None
+    picks = [new[i] for i in sorted({round(j * (len(new) - 1) / max(_TRACKED_POINTS - 1, 1))
+                                     for j in range(min(_TRACKED_POINTS, len(new)))})]
+    errors = np.full(len(FAMILIES), np.inf)
+    for f, params in enumerate(previous.candidates):
+        if params is None:
+            continue
+        family = FAMILIES[f]
+        now = _scaled(family, params, 1.0)
+        total = 0.0
+        for p in picks:
+            later = _scaled(family, params, 1.0 + (p.iteration - previous.k_last) / previous.span)
+            predicted = previous.anchor - previous.height * (now - later)
+            total += abs(predicted - p.loss)
+        errors[f] = total / len(picks) / previous.height
+    horizon = sum(p.iteration - previous.k_last for p in picks) / len(picks)
+    return errors, float(horizon)
+
+
+def _smooth(previous: float, new: float, alpha: float) -> float:
+    """Exponential smoothing that tolerates families with no valid fit (inf)."""
+    if not math.isfinite(previous):
+        return new
+    if not math.isfinite(new):
+        return previous
+    return alpha * new + (1 - alpha) * previous
+
+
+def _recent_offset(resid: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Mean residual of each row's newest three used points (re-anchoring offset)."""
+    rank = np.where(used, used[:, ::-1].cumsum(1)[:, ::-1], 0)
+    newest = used & (rank <= _ANCHOR_POINTS)
+    return (resid * newest).sum(1) / np.maximum(newest.sum(1), 1)
+
+
+def _seconds_per_iteration(losses: Sequence[LossPoint], count: int) -> float | None:
+    recent = losses[-count:]
+    if not recent:
+        return None
+    return max(sum(p.seconds for p in recent) / len(recent), 1e-6)
+
+
+def _geometric_ratio(losses: Sequence[LossPoint], initial: float) -> float | None:
+    """Per-iteration ratio ``r`` with ``L_last = L_ref r^(k_last - k_ref)``.
+
+    The reference is the oldest point (or the initial loss at iteration 0), so
+    one noisy step does not decide the ratio. Clamped to (0, 1): geometric
+    extrapolation is meant to be optimistic and never predicts a rise.
+    """
+    last = losses[-1]
+    if len(losses) >= 2:
+        ref_k, ref_l = losses[0].iteration, losses[0].loss
+    elif not math.isnan(initial):
+        ref_k, ref_l = 0, initial
+    else:
+        return None
+    if last.iteration <= ref_k or ref_l <= 0 or last.loss <= 0:
+        return None
+    ratio = (last.loss / ref_l) ** (1.0 / (last.iteration - ref_k))
+    return min(max(ratio, 1e-6), 1.0)
+
+
+def predict_curve(
+    losses: Sequence[LossPoint], horizon: int, *, initial_loss: float | None = None,
+    points: int = 50,
+) -> list[tuple[int, float, float, float]]:
+    """Predicted loss curve for the API: ``(iteration, predicted, low, high)``.
+
+    Covers the ``horizon`` iterations after the newest point, at most
+    ``points`` rows (evenly spaced). Empty when there is no history yet.
+
+    Example: for losses ``1/k`` at iterations 1..40 and ``horizon=10`` the
+    first row is about ``(41, 0.0244, ...)`` and the last ``(50, 0.0200, ...)``.
+    """
+    if not losses or horizon <= 0:
+        return []
+    job = JobView(job_id=0, tenant_id=0, submitted_at=0.0, iterations_done=losses[-1].iteration,
+                  max_iterations=losses[-1].iteration + horizon, losses=tuple(losses),
+                  initial_loss=initial_loss)
+    fit = LossPredictor().fit(job)
+    if not fit.known:
+        return []
+    steps = sorted({max(1, round(horizon * (i + 1) / min(points, horizon)))
+                    for i in range(min(points, horizon))})
+    rows = []
+    for n in steps:
+        mean, low, high = fit.predict(n)
+        rows.append((fit.k_last + n, mean, low, high))
+    return rows

@@ -1,0 +1,58 @@
+"""The policy registry: policy name -> factory.
+
+The live scheduler and the simulator both look policies up here, so they run
+the same code. ``LIVE_POLICIES`` excludes simulation-only policies (``oracle``
+needs true future curves, which only the simulator has: it passes them as
+``make_policy("oracle", true_curves=...)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from backend.scheduling.policies.fair import FairPolicy
+from backend.scheduling.policies.fifo import FifoPolicy
+from backend.scheduling.policies.las import LasPolicy
+from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve
+from backend.scheduling.policies.slaq import SlaqPolicy
+from backend.scheduling.policies.slaq_classic import SlaqClassicPolicy
+from backend.scheduling.types import Policy
+
+
+def _oracle(*, true_curves: Mapping[int, TrueCurve] | None = None, **options: Any) -> Policy:
+    if true_curves is None:
+        raise ValueError("oracle is simulation-only: pass true_curves={job_id: TrueCurve}")
+    return OraclePolicy(true_curves=true_curves, **options)
+
+
+POLICIES: dict[str, Callable[..., Policy]] = {
+    "fifo": FifoPolicy,
+    "fair": FairPolicy,
+    "las": LasPolicy,
+    "slaq": SlaqPolicy,
+    "slaq-classic": SlaqClassicPolicy,
+    "oracle": _oracle,
+}
+
+SIMULATION_ONLY: frozenset[str] = frozenset({"oracle"})
+
+DEFAULT_POLICY = "slaq"
+"""The policy the live scheduler should start with."""
+
+
+def live_policy_names() -> list[str]:
+    return sorted(name for name in POLICIES if name not in SIMULATION_ONLY)
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """A fresh instance of the named policy; ``KeyError`` names the choices.
+
+    ``options`` go to the policy's constructor (e.g. ``true_curves`` for
+    ``oracle``, ``bounds`` or ``exploration`` for ``slaq``).
+    """
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise KeyError(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}") from None
+    return factory(**options)

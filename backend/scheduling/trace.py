@@ -1,0 +1,137 @@
+"""Recorded loss curves that drive the simulator.
+
+A trace is a JSON file of curves, each one real run of a portal algorithm to
+convergence: per-iteration loss and seconds, plus the measured per-chunk
+overhead (dispatch, checkpoint load and save). Format::
+
+    {"format": "slaq-trace/1", "description": "...",
+     "curves": [{"id": "mlp/digits/s0", "algorithm": "mlp", "dataset": "digits",
+                 "params": {...}, "dataset_params": {...}, "seed": 0,
+                 "max_iterations": 3000,
+                 "stop_reason": "converged: ...", "chunk_overhead_seconds": 0.04,
+                 "losses": [...], "seconds": [...]}]}
+
+``losses[i]`` is the loss after iteration ``i + 1``; the first reported loss
+is the curve's reference start ``L_0`` and the last its ``L_final``, so its
+normalised loss runs from 1 to 0 (DESIGN §7).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TRACE_FORMAT = "slaq-trace/1"
+
+
+@dataclass(frozen=True)
+class TraceCurve:
+    """One recorded run; see the module docstring for the fields."""
+
+    id: str
+    losses: tuple[float, ...]
+    seconds: tuple[float, ...]
+    algorithm: str = ""
+    dataset: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    dataset_params: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    max_iterations: int = 0
+    stop_reason: str = ""
+    chunk_overhead_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.losses or len(self.losses) != len(self.seconds):
+            raise ValueError(f"curve {self.id!r}: need equally long, non-empty losses and seconds")
+
+    @property
+    def iterations(self) -> int:
+        return len(self.losses)
+
+    @property
+    def initial_loss(self) -> float:
+        return self.losses[0]
+
+    @property
+    def final_loss(self) -> float:
+        return self.losses[-1]
+
+    @property
+    def total_seconds(self) -> float:
+        return float(sum(self.seconds))
+
+    def normalised(self, loss: float) -> float:
+        """``(L - L_final) / (L_0 - L_final)``, clipped to [0, 1] (noise can overshoot)."""
+        span = self.initial_loss - self.final_loss
+        if span <= 0:
+            return 0.0
+        return min(max((loss - self.final_loss) / span, 0.0), 1.0)
+
+    def to_json(self, digits: int = 6) -> dict[str, Any]:
+        return {
+            "id": self.id, "algorithm": self.algorithm, "dataset": self.dataset,
+            "params": dict(self.params), "dataset_params": dict(self.dataset_params),
+            "seed": self.seed,
+            "max_iterations": self.max_iterations, "stop_reason": self.stop_reason,
+            "chunk_overhead_seconds": round(self.chunk_overhead_seconds, 6),
+            "losses": [float(f"{v:.{digits}g}") for v in self.losses],
+            "seconds": [float(f"{v:.3g}") for v in self.seconds],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TraceCurve:
+        return cls(
+            id=str(data["id"]), losses=tuple(float(v) for v in data["losses"]),
+            seconds=tuple(float(v) for v in data["seconds"]),
+            algorithm=str(data.get("algorithm", "")), dataset=str(data.get("dataset", "")),
+            params=dict(data.get("params", {})),
+            dataset_params=dict(data.get("dataset_params", {})), seed=int(data.get("seed", 0)),
+            max_iterations=int(data.get("max_iterations") or len(data["losses"])),
+            stop_reason=str(data.get("stop_reason", "")),
+            chunk_overhead_seconds=float(data.get("chunk_overhead_seconds", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class Trace:
+    curves: tuple[TraceCurve, ...]
+    description: str = ""
+
+    def curve(self, curve_id: str) -> TraceCurve:
+        for curve in self.curves:
+            if curve.id == curve_id:
+                return curve
+        raise KeyError(f"no curve {curve_id!r} in trace")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": TRACE_FORMAT, "description": self.description,
+                "curves": [c.to_json() for c in self.curves]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Trace:
+        if data.get("format") != TRACE_FORMAT:
+            raise ValueError(f"not a {TRACE_FORMAT} trace (format={data.get('format')!r})")
+        curves = tuple(TraceCurve.from_json(c) for c in data["curves"])
+        if len({c.id for c in curves}) != len(curves):
+            raise ValueError("curve ids in a trace must be unique")
+        return cls(curves=curves, description=str(data.get("description", "")))
+
+
+def load_trace(path: str | Path) -> Trace:
+    return Trace.from_json(json.loads(Path(path).read_text()))
+
+
+def save_trace(trace: Trace, path: str | Path) -> None:
+    # One curve per line keeps the committed file diffable yet compact.
+    data = trace.to_json()
+    lines = [json.dumps(c, separators=(",", ":")) for c in data["curves"]]
+    header = json.dumps({"format": data["format"], "description": data["description"]})
+    body = ",\n".join(lines)
+    Path(path).write_text(header[:-1] + ', "curves": [\n' + body + "\n]}\n")
+
+
+def curves_by_id(curves: Sequence[TraceCurve]) -> dict[str, TraceCurve]:
+    return {c.id: c for c in curves}

@@ -1,0 +1,132 @@
+"""``slaq simulate`` and ``slaq record-trace``: argparse front ends.
+
+``simulate_main`` runs one workload under each requested policy in the
+simulator and prints a table (or, with ``--json``, one JSON object keyed by
+policy name); ``record_trace_main`` records loss curves of the portal's own
+algorithms into a trace file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from backend.scheduling.metrics import Figures, figures
+from backend.scheduling.registry import POLICIES
+from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
+from backend.scheduling.trace import load_trace, save_trace
+from backend.scheduling.workload import generate_workload
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STANDARD_TRACE = REPO_ROOT / "data" / "traces" / "standard.json"
+SIM_POLICIES = ("fifo", "fair", "las", "slaq-classic", "slaq", "oracle")
+"""Default comparison order: baselines first, oracle last."""
+
+
+def run_policies(
+    trace_path: Path, policies: list[str], *, slots: int, load: float, seed: int,
+    jobs: int | None = None, chunk_seconds: float = 1.0, tenants: int = 1,
+) -> dict[str, tuple[SimResult, Figures]]:
+    """Simulate one workload under each policy; shared by the CLI and benchmarks."""
+    trace = load_trace(trace_path)
+    arrivals = generate_workload(trace, slots=slots, load=load, jobs=jobs, seed=seed,
+                                 tenants=tenants, chunk_seconds=chunk_seconds)
+    config = SimConfig(slots=slots, chunk_seconds=chunk_seconds)
+    out = {}
+    for name in policies:
+        result = simulate(build_policy(name, trace, arrivals), trace, arrivals, config)
+        out[name] = (result, figures(result))
+    return out
+
+
+def _table(runs: dict[str, tuple[SimResult, Figures]]) -> str:
+    keys = list(Figures.__dataclass_fields__)
+    head = f"{'policy':<13}" + "".join(f"{k:>16}" for k in keys) + f"{'ms/decision':>13}"
+    lines = [head, "-" * len(head)]
+    for name, (result, fig) in runs.items():
+        ms = 1000 * result.decision_seconds / max(result.decisions, 1)
+        lines.append(f"{name:<13}" + "".join(f"{getattr(fig, k):>16.4g}" for k in keys)
+                     + f"{ms:>13.3f}")
+    return "\n".join(lines)
+
+
+def simulate_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="slaq simulate",
+                                     description="Compare scheduling policies in the simulator.")
+    parser.add_argument("--policy", action="append", choices=sorted(POLICIES),
+                        help="policy to run (repeatable; default: all)")
+    parser.add_argument("--slots", type=int, default=4, help="worker slots (default 4)")
+    parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    parser.add_argument("--trace", type=Path, default=STANDARD_TRACE, help="trace JSON file")
+    parser.add_argument("--load", type=float, default=1.2,
+                        help="offered load as a multiple of capacity (default 1.2)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="number of jobs (default: two per trace curve)")
+    parser.add_argument("--chunk-seconds", type=float, default=1.0,
+                        help="target chunk length (default 1.0, the live default)")
+    parser.add_argument("--tenants", type=int, default=1, help="tenants to spread jobs over")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--report", type=Path, help="write a Plotly HTML report here")
+    args = parser.parse_args(argv)
+    if args.slots < 1 or args.load <= 0 or args.chunk_seconds <= 0:
+        parser.error("--slots, --load and --chunk-seconds must be positive")
+    policies = args.policy or list(SIM_POLICIES)
+    try:
+        runs = run_policies(args.trace, policies, slots=args.slots, load=args.load,
+                            seed=args.seed, jobs=args.jobs, chunk_seconds=args.chunk_seconds,
+                            tenants=args.tenants)
+    except (OSError, ValueError) as exc:
+        print(f"slaq simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({name: fig.as_dict() for name, (_, fig) in runs.items()}, indent=2))
+    else:
+        print(f"trace {args.trace.name}, {args.slots} slots, load {args.load}, seed {args.seed}")
+        print(_table(runs))
+    if args.report:
+        from backend.simulation.report import run_figures, write_html
+
+        note = (f"trace {args.trace.name}, {args.slots} slots, load {args.load}, "
+                f"seed {args.seed}, chunk {args.chunk_seconds}s")
+        write_html(args.report, "SLAQ simulation", run_figures(runs), [note])
+        if not args.json:
+            print(f"report written to {args.report}")
+    return 0
+
+
+def record_trace_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="slaq record-trace",
+        description="Run the portal's algorithms to convergence and save their loss curves.")
+    parser.add_argument("--out", type=Path, default=STANDARD_TRACE, help="trace file to write")
+    parser.add_argument("--preset", choices=["standard", "small"], default="standard",
+                        help="which set of runs (small: the golden-test trace)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="keep runs whose id contains this text (repeatable)")
+    args = parser.parse_args(argv)
+    from backend.simulation.record import SMALL_RUNS, STANDARD_RUNS, record_trace
+
+    runs = STANDARD_RUNS if args.preset == "standard" else SMALL_RUNS
+    if args.only:
+        runs = tuple(r for r in runs if any(text in r.curve_id for text in args.only))
+    if not runs:
+        parser.error("no runs selected")
+
+    def progress(curve: object) -> None:
+        c = curve  # a TraceCurve; printed as it completes so long recordings show life
+        print(f"{c.id}: {c.iterations} iterations, {c.total_seconds:.1f}s "  # type: ignore[attr-defined]
+              f"({c.stop_reason})", flush=True)  # type: ignore[attr-defined]
+
+    trace = record_trace(runs, description=f"{args.preset} runs of the portal's algorithms",
+                         progress=progress)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    save_trace(trace, args.out)
+    print(f"wrote {len(trace.curves)} curves to {args.out} "
+          f"({args.out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - convenience for `python -m`
+    raise SystemExit(simulate_main(sys.argv[1:]))

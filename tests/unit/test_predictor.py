@@ -1,0 +1,130 @@
+"""The loss predictor on curves whose future is known."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from backend.scheduling.predictor import GEOMETRIC, LossPredictor, predict_curve
+from backend.scheduling.types import JobView, LossPoint
+
+
+def view(f: Callable[[int], float], n: int, *, noise: float = 0.0, job_id: int = 1,
+         seed: int = 0) -> JobView:
+    rng = np.random.default_rng(seed)
+    points = tuple(LossPoint(k, f(k) * (1 + noise * rng.standard_normal()), 0.01)
+                   for k in range(1, n + 1))
+    return JobView(job_id=job_id, tenant_id=1, submitted_at=0.0, iterations_done=n,
+                   max_iterations=10 * n, losses=points)
+
+
+CURVES: dict[str, Callable[[int], float]] = {
+    "exp": lambda k: 0.97 ** (k - 3) + 0.1,                   # a^(k-b) + c
+    "inv_lin": lambda k: 1 / (0.05 * k + 1) + 0.2,            # 1/(a k + b) + c
+    "inv_quad": lambda k: 1 / (0.001 * k * k + 0.05 * k + 1) + 0.05,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CURVES))
+@pytest.mark.parametrize("ahead", [1, 10, 50])
+def test_family_curves_extrapolate(name: str, ahead: int) -> None:
+    f = CURVES[name]
+    fit = LossPredictor().fit(view(f, 120))
+    predicted, low, high = fit.predict(ahead)
+    drop_true = f(120) - f(120 + ahead)
+    assert abs(predicted - f(120 + ahead)) <= 0.05 * drop_true + 1e-4
+    assert low <= predicted <= high
+
+
+def test_noisy_curve_error_beats_naive_ten_ahead() -> None:
+    f = CURVES["inv_lin"]
+    errors, naive = [], []
+    for seed in range(5):
+        job = view(f, 200, noise=0.01, seed=seed)
+        predicted, _, _ = LossPredictor().fit(job).predict(10)
+        last, before = job.losses[-1].loss, job.losses[-2].loss
+        errors.append(abs(predicted - f(210)) / f(210))
+        naive.append(abs(last - 10 * (before - last) - f(210)) / f(210))
+    assert np.mean(errors) < np.mean(naive)
+
+
+def test_band_widens_with_horizon() -> None:
+    fit = LossPredictor().fit(view(CURVES["exp"], 80, noise=0.01))
+    widths = [fit.band_width(n) for n in (1, 10, 100)]
+    assert widths[0] <= widths[1] <= widths[2]
+    assert widths[2] > 0
+
+
+def test_gain_is_anchored_at_the_curve_not_the_last_point() -> None:
+    # The newest point is a low outlier: L_last - f(k+n) would be negative.
+    base = view(CURVES["inv_lin"], 100)
+    points = list(base.losses)
+    points[-1] = LossPoint(100, points[-1].loss - 0.05, 0.01)
+    job = JobView(job_id=1, tenant_id=1, submitted_at=0.0, iterations_done=100,
+                  max_iterations=1000, losses=tuple(points))
+    fit = LossPredictor().fit(job)
+    assert fit.drop(50) > 0.5 * (CURVES["inv_lin"](100) - CURVES["inv_lin"](150))
+
+
+def test_flat_curve_predicts_no_gain() -> None:
+    fit = LossPredictor().fit(view(lambda k: 0.3, 60))
+    assert fit.drop(100) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_geometric_fallback_with_few_points() -> None:
+    job = view(lambda k: 0.5**k, 3)
+    fit = LossPredictor().fit(job)
+    assert fit.family == GEOMETRIC
+    assert fit.params[0] == pytest.approx(0.5)
+    assert fit.predict(2)[0] == pytest.approx(0.5**5)
+
+
+def test_no_history_is_unknown() -> None:
+    job = JobView(job_id=1, tenant_id=1, submitted_at=0.0, iterations_done=0,
+                  max_iterations=10)
+    assert not LossPredictor().fit(job).known
+    assert predict_curve([], 10) == []
+
+
+def test_memoised_until_new_points_arrive() -> None:
+    predictor = LossPredictor()
+    f = CURVES["exp"]
+    predictor.fit(view(f, 50))
+    predictor.fit(view(f, 50))
+    assert predictor.refits == 1
+    predictor.fit(view(f, 60))
+    assert predictor.refits == 2
+
+
+def test_incremental_statistics_match_full_history() -> None:
+    f = CURVES["inv_quad"]
+    predictor = LossPredictor()
+    for n in (10, 30, 31, 90):
+        fit = predictor.fit(view(f, n, noise=0.02, seed=3))
+    job = view(f, 90, noise=0.02, seed=3)
+    losses = [p.loss for p in job.losses]
+    assert fit.largest_drop == pytest.approx(losses[0] - min(losses))
+    steps = [a - b for a, b in zip(losses, losses[1:], strict=False)]
+    assert fit.largest_step_drop == pytest.approx(max(steps))
+
+
+def test_batch_fit_equals_single_fits() -> None:
+    jobs = [view(CURVES[name], 70, job_id=i) for i, name in enumerate(sorted(CURVES))]
+    batch = LossPredictor().fit_many(jobs)
+    for job, fit in zip(jobs, batch, strict=True):
+        single = LossPredictor().fit(job)
+        assert single.family == fit.family
+        assert single.drop(20) == pytest.approx(fit.drop(20))
+
+
+def test_predict_curve_rows() -> None:
+    f = CURVES["inv_lin"]
+    rows = predict_curve(view(f, 40).losses, 10)
+    assert [r[0] for r in rows] == list(range(41, 51))
+    for iteration, predicted, low, high in rows:
+        assert low <= predicted <= high
+        assert math.isclose(predicted, f(iteration), rel_tol=0.02)
+    assert len(predict_curve(view(f, 40).losses, 1000, points=20)) == 20

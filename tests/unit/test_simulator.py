@@ -1,0 +1,149 @@
+"""The simulator, its workload generator, figures, CLI, and the golden trace."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from backend.scheduling.metrics import figures
+from backend.scheduling.simulator import SimConfig, build_policy, simulate
+from backend.scheduling.trace import Trace, TraceCurve, load_trace, save_trace
+from backend.scheduling.types import Grant, Snapshot
+from backend.scheduling.workload import generate_workload
+from backend.simulation.cli import SIM_POLICIES, simulate_main
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN_TRACE = ROOT / "data" / "traces" / "golden-small.json"
+GOLDEN_RESULT = Path(__file__).parent / "golden" / "simulator-small.json"
+GOLDEN_ARGS = {"slots": 2, "load": 1.5, "seed": 0, "jobs": 12, "chunk_seconds": 0.05}
+
+
+def tiny_trace() -> Trace:
+    def curve(i: int, n: int, rate: float) -> TraceCurve:
+        losses = tuple(0.1 + rate**k for k in range(1, n + 1))
+        return TraceCurve(id=f"c{i}", losses=losses, seconds=(0.01,) * n,
+                          chunk_overhead_seconds=0.02, max_iterations=2 * n)
+    return Trace((curve(0, 300, 0.97), curve(1, 120, 0.9), curve(2, 600, 0.995)))
+
+
+def run(policy: str, trace: Trace, **kw: float) -> dict[str, float]:
+    arrivals = generate_workload(trace, slots=int(kw.get("slots", 2)), load=kw.get("load", 1.5),
+                                 jobs=int(kw.get("jobs", 9)), seed=int(kw.get("seed", 0)),
+                                 chunk_seconds=kw.get("chunk_seconds", 0.5))
+    config = SimConfig(slots=int(kw.get("slots", 2)), chunk_seconds=kw.get("chunk_seconds", 0.5))
+    result = simulate(build_policy(policy, trace, arrivals), trace, arrivals, config)
+    assert all(j.finish is not None for j in result.jobs)
+    return figures(result).as_dict()
+
+
+@pytest.mark.parametrize("policy", SIM_POLICIES)
+def test_every_policy_runs_every_job_to_the_end(policy: str) -> None:
+    fig = run(policy, tiny_trace())
+    assert 0.0 < fig["avg_norm_loss"] < 1.0
+    assert fig["t90_mean"] <= fig["t95_mean"] <= fig["t99_mean"] <= fig["mean_completion"]
+    assert fig["makespan"] > 0
+
+
+def test_deterministic_for_a_seed() -> None:
+    assert run("slaq", tiny_trace()) == run("slaq", tiny_trace())
+
+
+def test_workload_generator() -> None:
+    trace = tiny_trace()
+    a = generate_workload(trace, slots=2, load=1.0, jobs=30, seed=4)
+    assert a == generate_workload(trace, slots=2, load=1.0, jobs=30, seed=4)
+    assert [x.index for x in a] == list(range(30))
+    assert a[0].time == 0.0 and all(p.time <= q.time for p, q in zip(a, a[1:], strict=False))
+    counts = {c.id: sum(x.curve_id == c.id for x in a) for c in trace.curves}
+    assert set(counts.values()) == {10}, "balanced passes over the trace"
+    faster = generate_workload(trace, slots=2, load=2.0, jobs=30, seed=4)
+    assert faster[-1].time == pytest.approx(a[-1].time / 2)
+
+
+def test_fifo_serves_in_order_on_one_slot() -> None:
+    trace = tiny_trace()
+    arrivals = generate_workload(trace, slots=1, load=3.0, jobs=4, seed=1)
+    result = simulate(build_policy("fifo", trace, arrivals), trace, arrivals, SimConfig(slots=1))
+    finishes = [j.finish or 0.0 for j in result.jobs]
+    assert finishes == sorted(finishes)
+
+
+class Greedy:
+    """A broken policy: one grant more than there are free slots."""
+
+    name = "greedy"
+
+    def allocate(self, snapshot: Snapshot) -> list[Grant]:
+        return [Grant(j.job_id, 10, "too many") for j in snapshot.waiting()][
+            : snapshot.free_slots + 1]
+
+
+def test_simulator_rejects_grants_over_the_limits() -> None:
+    trace = tiny_trace()
+    arrivals = generate_workload(trace, slots=1, load=3.0, jobs=4, seed=1)
+    with pytest.raises(AssertionError, match="free slots"):
+        simulate(Greedy(), trace, arrivals, SimConfig(slots=1))
+
+
+def test_normalised_loss_and_time_to_fraction() -> None:
+    trace = Trace((TraceCurve(id="lin", losses=(1.0, 0.5, 0.2, 0.05, 0.0),
+                              seconds=(1.0,) * 5),))
+    arrivals = generate_workload(trace, slots=1, load=0.1, jobs=1, seed=0)
+    result = simulate(build_policy("fifo", trace, arrivals), trace, arrivals,
+                      SimConfig(slots=1, chunk_seconds=10.0))
+    fig = figures(result)
+    # iterations end at 1..5 s; normalised 1, .5, .2, .05, 0 -> 90% after 4 s, 99% after 5 s
+    assert fig.t90_mean == 4.0 and fig.t95_mean == 4.0 and fig.t99_mean == 5.0
+    assert fig.mean_completion == 5.0
+    assert fig.avg_norm_loss == pytest.approx((1 + 1 + 0.5 + 0.2 + 0.05) / 5)
+
+
+def test_trace_round_trip(tmp_path: Path) -> None:
+    trace = tiny_trace()
+    save_trace(trace, tmp_path / "t.json")
+    again = load_trace(tmp_path / "t.json")
+    assert [c.id for c in again.curves] == [c.id for c in trace.curves]
+    assert again.curves[0].losses[:3] == pytest.approx(trace.curves[0].losses[:3], rel=1e-5)
+
+
+def golden_figures() -> dict[str, dict[str, float]]:
+    trace = load_trace(GOLDEN_TRACE)
+    return {p: run(p, trace, **GOLDEN_ARGS) for p in SIM_POLICIES}
+
+
+def test_golden_trace() -> None:
+    got = golden_figures()
+    if os.environ.get("SLAQ_UPDATE_GOLDEN") == "1":
+        GOLDEN_RESULT.write_text(json.dumps({"args": GOLDEN_ARGS, "figures": got}, indent=2)
+                                 + "\n")
+    want = json.loads(GOLDEN_RESULT.read_text())
+    assert want["args"] == GOLDEN_ARGS
+    for policy, figs in want["figures"].items():
+        for key, value in figs.items():
+            assert math.isclose(got[policy][key], value, rel_tol=1e-6, abs_tol=1e-9), \
+                (policy, key, got[policy][key], value)
+
+
+def test_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "r.html"
+    code = simulate_main(["--trace", str(GOLDEN_TRACE), "--policy", "fair", "--policy", "slaq",
+                          "--policy", "oracle", "--slots", "2", "--seed", "1", "--jobs", "8",
+                          "--chunk-seconds", "0.05", "--json", "--report", str(report)])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"fair", "slaq", "oracle"}
+    assert set(out["slaq"]) == {"avg_norm_loss", "t90_mean", "t95_mean", "t99_mean",
+                                "t90_p95", "mean_completion", "makespan"}
+    html = report.read_text()
+    assert "plotly" in html.lower() and '<script src="http' not in html
+
+
+def test_cli_table_and_bad_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert simulate_main(["--trace", str(GOLDEN_TRACE), "--policy", "las", "--jobs", "6",
+                          "--chunk-seconds", "0.05"]) == 0
+    assert "las" in capsys.readouterr().out
+    assert simulate_main(["--trace", str(tmp_path / "missing.json")]) == 2
