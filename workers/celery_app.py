@@ -1,0 +1,78 @@
+"""The Celery application: broker and task settings, worker slot heartbeats."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init, worker_process_shutdown
+
+from backend.leases import Heartbeats
+from backend.redis_conn import get_keys, get_redis
+from backend.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+
+
+def make_celery() -> Celery:
+    settings = get_settings()
+    queue = get_keys().chunk_queue
+    app = Celery("slaq", broker=settings.redis_url, include=["workers.tasks"])
+    app.conf.update(
+        task_acks_late=True,
+        # A worker process killed mid-chunk puts the message back, so the same
+        # chunk (same lease, same seq) runs again at once instead of waiting
+        # for the lease to expire.
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_default_queue=queue,
+        task_routes={"slaq.*": {"queue": queue}},
+        task_time_limit=settings.task_time_limit,
+        task_soft_time_limit=max(settings.task_time_limit - 10, 1),
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        broker_transport_options={"visibility_timeout": 3600},
+    )
+    return app
+
+
+celery_app = make_celery()
+
+_stop = threading.Event()
+
+
+def slot_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _heartbeat_loop() -> None:
+    settings = get_settings()
+    beats = Heartbeats(get_redis(), get_keys())
+    ttl = settings.heartbeat_seconds * 3
+    while not _stop.is_set():
+        try:
+            beats.beat(slot_id(), ttl)
+        except Exception as exc:  # Redis restarts must not kill the worker
+            log.warning("heartbeat failed: %s", exc)
+        _stop.wait(settings.heartbeat_seconds)
+
+
+@worker_process_init.connect
+def _start_heartbeat(**_: Any) -> None:
+    _stop.clear()
+    threading.Thread(target=_heartbeat_loop, name="slaq-heartbeat", daemon=True).start()
+
+
+@worker_process_shutdown.connect
+def _stop_heartbeat(**_: Any) -> None:
+    _stop.set()
+    try:
+        Heartbeats(get_redis(), get_keys()).leave(slot_id())
+    except Exception as exc:
+        log.warning("could not deregister slot: %s", exc)

@@ -1,0 +1,57 @@
+"""Stopping rules: when a job's loss history says it is done or broken."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# A loss this many times its starting value means training has diverged.
+DIVERGENCE_FACTOR = 1e4
+
+
+@dataclass(frozen=True)
+class StopRule:
+    max_iterations: int
+    target_loss: float | None = None
+    tolerance: float | None = None
+    window: int = 10
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # "completed" or "failed"
+    reason: str
+
+
+def check(
+    rule: StopRule, iteration: int, losses: Sequence[float], initial: float
+) -> Verdict | None:
+    """Judge the history after ``iteration``; ``losses`` ends with its loss.
+
+    ``losses`` needs at least ``rule.window + 1`` recent values for the
+    convergence test; ``initial`` is the job's first reported loss.
+    """
+    last = losses[-1]
+    if not math.isfinite(last):
+        return Verdict("failed", f"loss became {last} at iteration {iteration}")
+    if abs(last) > DIVERGENCE_FACTOR * max(abs(initial), 1.0):
+        return Verdict(
+            "failed",
+            f"loss diverged at iteration {iteration}: {last:.4g} from {initial:.4g} "
+            "(try a smaller learning rate)",
+        )
+    if rule.target_loss is not None and last <= rule.target_loss:
+        return Verdict("completed", f"reached target loss {rule.target_loss:g}")
+    if rule.tolerance is not None and len(losses) > rule.window:
+        before = losses[-1 - rule.window]
+        change = abs(before - last) / max(abs(before), 1e-12)
+        if change < rule.tolerance:
+            return Verdict(
+                "completed",
+                f"converged: loss changed {change:.2e} over {rule.window} iterations "
+                f"(tolerance {rule.tolerance:g})",
+            )
+    if iteration >= rule.max_iterations:
+        return Verdict("completed", f"reached max iterations ({rule.max_iterations})")
+    return None

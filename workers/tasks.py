@@ -1,0 +1,33 @@
+"""Celery tasks: thin wrappers that pass ids to plain service functions."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from backend.db import get_engine
+from backend.redis_conn import get_keys, get_redis
+from backend.settings import get_settings
+from workers.celery_app import celery_app
+from workers.checkpoints import CheckpointStore
+from workers.chunk_service import ChunkContext, run_chunk
+
+
+@lru_cache(maxsize=1)
+def _context() -> ChunkContext:
+    settings = get_settings()
+    return ChunkContext(
+        engine=get_engine(),
+        redis=get_redis(),
+        keys=get_keys(),
+        checkpoints=CheckpointStore(settings.effective_checkpoint_dir),
+        lease_seconds=settings.lease_seconds,
+    )
+
+
+@celery_app.task(name="slaq.run_chunk", acks_late=True)
+def run_chunk_task(job_id: int, chunk_seq: int, budget: int) -> dict[str, object]:
+    """Run one granted chunk; safe to deliver twice (fenced by lease and seq)."""
+    outcome = run_chunk(_context(), int(job_id), int(chunk_seq), int(budget))
+    return {"job_id": outcome.job_id, "chunk_seq": outcome.chunk_seq,
+            "outcome": outcome.outcome, "iterations": outcome.iterations,
+            "status": outcome.status}
