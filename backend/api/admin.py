@@ -1,0 +1,198 @@
+"""Administration: tenants and quotas, users and roles, the active policy,
+and the audit log. Platform admins manage everything; tenant admins read
+their own tenant."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, status
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col
+
+from backend.api.deps import DbId, KeysDep, PlatformAdmin, RedisDep, SessionDep, TenantAdmin
+from backend.models import AuditLog, Role, Tenant, User
+from backend.notify import wake_scheduler
+from backend.portal_settings import active_policy_name, set_active_policy
+from backend.scheduling.registry import live_policy_names
+from backend.schemas import (
+    AuditEntry,
+    PolicyChange,
+    PolicyState,
+    Quotas,
+    QuotaUpdate,
+    TenantCreate,
+    TenantPublic,
+    UsagePublic,
+    UserCreate,
+    UserPublic,
+    UserUpdate,
+)
+from backend.security import hash_password
+from backend.services import audit
+from backend.services.quotas import QUOTA_FIELDS, Usage, usage_by_tenant
+from backend.settings import get_settings
+
+router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
+
+
+def _tenant_public(tenant: Tenant, usage: Usage | None) -> TenantPublic:
+    usage = usage or Usage(0, 0, 0)
+    return TenantPublic(
+        id=tenant.id or 0, name=tenant.name,
+        quotas=Quotas(**{f: getattr(tenant, f) for f in QUOTA_FIELDS}),
+        usage=UsagePublic(running_slots=usage.running_slots, active_jobs=usage.active_jobs,
+                          queued_jobs=usage.queued_jobs))
+
+
+def _user_public(user: User) -> UserPublic:
+    return UserPublic(id=user.id or 0, email=user.email, role=user.role,
+                      tenant_id=user.tenant_id, is_active=user.is_active)
+
+
+@router.get("/tenants", response_model=list[TenantPublic])
+def list_tenants(session: SessionDep, scope: TenantAdmin) -> list[TenantPublic]:
+    """Tenants with quotas and current usage (a tenant admin sees only their own)."""
+    query = select(Tenant).order_by(Tenant.id)  # type: ignore[arg-type]
+    if not scope.is_platform_admin:
+        query = query.where(Tenant.id == scope.tenant.id)  # type: ignore[arg-type]
+    usage = usage_by_tenant(session)
+    return [_tenant_public(t, usage.get(t.id or 0))
+            for t in session.execute(query).scalars().all()]
+
+
+@router.post("/tenants", response_model=TenantPublic, status_code=status.HTTP_201_CREATED)
+def create_tenant(body: TenantCreate, session: SessionDep, scope: PlatformAdmin) -> TenantPublic:
+    """Create a tenant (team)."""
+    quotas = body.quotas.model_dump(exclude_none=True)
+    tenant = Tenant(name=body.name, **quotas)
+    session.add(tenant)
+    try:
+        session.flush()
+    except IntegrityError:
+        session.rollback()
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"a tenant named {body.name!r} exists already") from None
+    audit.record(session, actor=scope.user, action="tenant.create", target=body.name,
+                 tenant_id=tenant.id, quotas=quotas)
+    session.commit()
+    return _tenant_public(tenant, None)
+
+
+@router.patch("/tenants/{tenant_id}", response_model=TenantPublic)
+def update_quotas(tenant_id: DbId, body: QuotaUpdate, session: SessionDep, scope: PlatformAdmin,
+                  client: RedisDep, keys: KeysDep) -> TenantPublic:
+    """Change a tenant's quotas; takes effect at the next submission and scheduling round."""
+    tenant = session.get(Tenant, tenant_id)
+    if tenant is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"tenant {tenant_id} not found")
+    changes = body.model_dump(exclude_none=True)
+    before = {f: getattr(tenant, f) for f in changes}
+    for name, value in changes.items():
+        setattr(tenant, name, value)
+    session.add(tenant)
+    audit.record(session, actor=scope.user, action="tenant.quotas", target=tenant.name,
+                 tenant_id=tenant.id, before=before, after=changes)
+    session.commit()
+    wake_scheduler(client, keys, f"quotas {tenant_id}")
+    return _tenant_public(tenant, usage_by_tenant(session).get(tenant_id))
+
+
+@router.get("/users", response_model=list[UserPublic])
+def list_users(session: SessionDep, scope: TenantAdmin) -> list[UserPublic]:
+    """Users (a tenant admin sees their own tenant's)."""
+    query = select(User).order_by(User.id)  # type: ignore[arg-type]
+    if not scope.is_platform_admin:
+        query = query.where(User.tenant_id == scope.tenant.id)  # type: ignore[arg-type]
+    return [_user_public(u) for u in session.execute(query).scalars().all()]
+
+
+@router.post("/users", response_model=UserPublic, status_code=status.HTTP_201_CREATED)
+def create_user(body: UserCreate, session: SessionDep, scope: TenantAdmin) -> UserPublic:
+    """Add a user; a tenant admin may add members and tenant admins to their own tenant."""
+    if not scope.is_platform_admin and (
+        body.tenant_id != scope.tenant.id or body.role == Role.platform_admin
+    ):
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            "tenant admins may only add non-platform users to their own tenant")
+    if session.get(Tenant, body.tenant_id) is None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, [{
+            "loc": ["body", "tenant_id"], "msg": f"tenant {body.tenant_id} does not exist",
+            "type": "value_error"}])
+    user = User(tenant_id=body.tenant_id, email=body.email.strip().lower(),
+                password_hash=hash_password(body.password), role=body.role)
+    session.add(user)
+    try:
+        session.flush()
+    except IntegrityError:
+        session.rollback()
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"a user with email {body.email!r} exists already") from None
+    audit.record(session, actor=scope.user, action="user.create", target=user.email,
+                 tenant_id=user.tenant_id, role=user.role)
+    session.commit()
+    return _user_public(user)
+
+
+@router.patch("/users/{user_id}", response_model=UserPublic)
+def update_user(user_id: DbId, body: UserUpdate, session: SessionDep,
+                scope: TenantAdmin) -> UserPublic:
+    """Change a user's role or deactivate them."""
+    user = session.get(User, user_id)
+    if user is None or not scope.allows(user.tenant_id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {user_id} not found")
+    if not scope.is_platform_admin and (
+        body.role == Role.platform_admin or user.role == Role.platform_admin
+    ):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "only platform admins manage that role")
+    if user.id == scope.user.id and (body.is_active is False or (
+            body.role is not None and body.role != user.role)):
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            "you cannot change your own role or deactivate yourself")
+    changes = body.model_dump(exclude_none=True)
+    before = {k: getattr(user, k) for k in changes}
+    for name, value in changes.items():
+        setattr(user, name, value)
+    session.add(user)
+    audit.record(session, actor=scope.user, action="user.update", target=user.email,
+                 tenant_id=user.tenant_id, before=before, after=changes)
+    session.commit()
+    return _user_public(user)
+
+
+@router.get("/policy", response_model=PolicyState)
+def get_policy(session: SessionDep, _scope: TenantAdmin) -> PolicyState:
+    """The scheduling policy in force and the ones to choose from."""
+    return PolicyState(active=active_policy_name(session, get_settings().policy),
+                       available=live_policy_names())
+
+
+@router.put("/policy", response_model=PolicyState)
+def change_policy(body: PolicyChange, session: SessionDep, scope: PlatformAdmin,
+                  client: RedisDep, keys: KeysDep) -> PolicyState:
+    """Switch the live scheduler's policy; it applies from the next round."""
+    available = live_policy_names()
+    if body.name not in available:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, [{
+            "loc": ["body", "name"], "type": "value_error",
+            "msg": f"unknown policy {body.name!r}; choose one of {', '.join(available)}"}])
+    before = active_policy_name(session, get_settings().policy)
+    audit.record(session, actor=scope.user, action="policy.change", target=body.name,
+                 before=before)
+    set_active_policy(session, body.name)
+    wake_scheduler(client, keys, "policy")
+    return PolicyState(active=body.name, available=available)
+
+
+@router.get("/audit", response_model=list[AuditEntry])
+def read_audit(session: SessionDep, scope: TenantAdmin,
+               limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[AuditEntry]:
+    """Admin actions, newest first (a tenant admin sees those about their tenant)."""
+    query = (select(AuditLog, col(User.email)).join(User, col(AuditLog.actor_id) == col(User.id))
+             .order_by(col(AuditLog.id).desc()).limit(limit))
+    if not scope.is_platform_admin:
+        query = query.where(AuditLog.tenant_id == scope.tenant.id)  # type: ignore[arg-type]
+    return [AuditEntry(id=a.id or 0, actor_email=email, tenant_id=a.tenant_id, action=a.action,
+                       target=a.target, details=a.details, created_at=a.created_at)
+            for a, email in session.execute(query).all()]

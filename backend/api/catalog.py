@@ -1,0 +1,31 @@
+"""What can be trained: algorithms and datasets with their parameter schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from backend.scheduling.registry import live_policy_names
+from workers.algorithms import ALGORITHMS
+from workers.datasets import DATASETS
+
+router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"])
+
+
+@router.get("/algorithms")
+def list_algorithms() -> list[dict[str, Any]]:
+    """Training algorithms with each hyper-parameter's type, range, default and help."""
+    return [info.to_json() for info in ALGORITHMS.values()]
+
+
+@router.get("/datasets")
+def list_datasets() -> list[dict[str, Any]]:
+    """Built-in and synthetic datasets with their generator parameters."""
+    return [info.to_json() for info in DATASETS.values()]
+
+
+@router.get("/policies")
+def list_policies() -> list[str]:
+    """Scheduling policies the live scheduler can run."""
+    return live_policy_names()

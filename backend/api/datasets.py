@@ -1,0 +1,189 @@
+"""Tenants' own datasets: upload a CSV, list, inspect, delete.
+
+A job trains on an upload by naming it ``"upload:<id>"`` in its ``dataset``
+field. Another tenant's upload is reported as missing (404), like its jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+
+from backend.api.deps import CurrentTenant, DbId, SessionDep
+from backend.models import Role, UploadedDataset, as_utc
+from backend.services import uploads
+from backend.services.uploads import MAX_UPLOAD_BYTES, TASKS, UploadError
+from workers.uploaded import upload_ref
+
+router = APIRouter(prefix="/api/v1/datasets", tags=["datasets"])
+
+DRAIN_LIMIT = 64 * 1024 * 1024
+"""An oversized body is read (and thrown away) up to this many bytes so the
+client sees the 413 instead of a reset connection; past it we stop reading."""
+
+
+class DatasetPublic(BaseModel):
+    id: int
+    dataset: str = Field(description="What a job spec's `dataset` field uses: upload:<id>")
+    name: str
+    task: str
+    tasks: list[str] = Field(description="Algorithm tasks this dataset can train")
+    rows: int
+    columns: int = Field(description="Feature columns (the label column not counted)")
+    n_classes: int
+    tenant_id: int
+    user_id: int
+    created_at: datetime
+
+
+def _public(row: UploadedDataset) -> DatasetPublic:
+    return DatasetPublic(id=row.id or 0, dataset=upload_ref(row.id or 0), name=row.name,
+                         task=row.task, tasks=list(uploads.upload_tasks(row.task)),
+                         rows=row.rows, columns=row.columns, n_classes=row.n_classes,
+                         tenant_id=row.tenant_id, user_id=row.user_id,
+                         created_at=as_utc(row.created_at))
+
+
+def _error(exc: UploadError) -> JSONResponse:
+    if exc.status_code == status.HTTP_422_UNPROCESSABLE_ENTITY:
+        detail: Any = [{"loc": ["body", exc.field or "file"], "msg": exc.message,
+                        "type": "value_error"}]
+    else:
+        detail = str(exc)
+    return JSONResponse(status_code=exc.status_code, content={"detail": detail})
+
+
+async def _capped_body(request: Request) -> AsyncGenerator[bytes, None]:
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > MAX_UPLOAD_BYTES:
+            if received > DRAIN_LIMIT:
+                break
+            continue  # keep reading to the end, keep nothing
+        yield chunk
+    if received > MAX_UPLOAD_BYTES:
+        raise UploadError(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+                          f"the upload is over the limit of {MAX_UPLOAD_BYTES // (1024 * 1024)} MB")
+
+
+_UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"multipart/form-data": {"schema": {
+            "type": "object",
+            "required": ["file", "name", "task"],
+            "properties": {
+                "file": {"type": "string", "format": "binary",
+                         "description": f"CSV, UTF-8, at most {MAX_UPLOAD_BYTES // 2**20} MB, "
+                         f"{uploads.MAX_ROWS:,} rows, {uploads.MAX_COLUMNS} columns; "
+                         "an optional header row"},
+                "name": {"type": "string", "maxLength": uploads.MAX_NAME_LENGTH,
+                         "description": "Unique within your tenant"},
+                "task": {"type": "string", "enum": list(TASKS)},
+                "label": {"type": "string", "description": "Label column: a header name or a "
+                          "0-based index (negative from the end); default the last column; "
+                          "ignored for clustering"},
+            },
+        }}},
+    },
+}
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=DatasetPublic,
+             openapi_extra=_UPLOAD_BODY,
+             responses={409: {"description": "Name taken"},
+                        413: {"description": "Over the size limit"},
+                        415: {"description": "Not multipart/form-data"}})
+async def upload_dataset(request: Request, session: SessionDep,
+                         scope: CurrentTenant) -> DatasetPublic | JSONResponse:
+    """Upload a CSV (multipart: file, name, task, optional label) as a dataset of your tenant."""
+    content_type = request.headers.get("content-type", "")
+    if not content_type.lower().startswith("multipart/form-data"):
+        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+                            "send multipart/form-data with fields file, name and task")
+    parser = MultiPartParser(request.headers, _capped_body(request), max_files=1, max_fields=10,
+                             max_part_size=64 * 1024)
+    try:
+        form = await parser.parse()
+    except UploadError as exc:
+        return _error(exc)
+    except MultiPartException as exc:
+        return _error(UploadError(422, f"not a valid multipart body: {exc.message}", "file"))
+    try:
+        file = form.get("file")
+        if not isinstance(file, UploadFile):
+            raise UploadError(422, "attach the CSV as a file field named 'file'", "file")
+        fields = {key: form.get(key) for key in ("name", "task", "label")}
+        text = {k: v for k, v in fields.items() if isinstance(v, str)}
+        for key in ("name", "task"):
+            if key not in text:
+                raise UploadError(422, "this field is required", key)
+        row = await run_in_threadpool(
+            _create, session, scope, file, text["name"], text["task"], text.get("label"))
+    except UploadError as exc:
+        return _error(exc)
+    finally:
+        await form.close()
+    return _public(row)
+
+
+def _create(session: SessionDep, scope: CurrentTenant, file: UploadFile, name: str, task: str,
+            label: str | None) -> UploadedDataset:
+    clean_name = uploads.check_name(name)
+    clean_task = uploads.check_task(task)
+    tenant_id = scope.tenant.id or 0
+    if uploads.name_taken(session, tenant_id, clean_name):
+        raise UploadError(409, f"a dataset named {clean_name!r} exists already", "name")
+    file.file.seek(0)
+    parsed = uploads.parse_csv(file.file, task=clean_task, label=label)
+    return uploads.store_upload(session=session, parsed=parsed, name=clean_name,
+                                tenant_id=tenant_id, user_id=scope.user.id or 0)
+
+
+@router.get("", response_model=list[DatasetPublic])
+def list_datasets(session: SessionDep, scope: CurrentTenant) -> list[DatasetPublic]:
+    """Your tenant's uploaded datasets, newest first (a platform admin sees every tenant's)."""
+    query = select(UploadedDataset)
+    if not scope.is_platform_admin:
+        query = query.where(UploadedDataset.tenant_id == scope.tenant.id)  # type: ignore[arg-type]
+    rows = session.execute(query.order_by(UploadedDataset.id.desc())).scalars().all()  # type: ignore[union-attr]
+    return [_public(r) for r in rows]
+
+
+def _owned(session: SessionDep, scope: CurrentTenant, dataset_id: int) -> UploadedDataset:
+    row = uploads.find_upload(session, dataset_id,
+                              None if scope.is_platform_admin else scope.tenant.id)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"dataset {dataset_id} not found")
+    return row
+
+
+@router.get("/{dataset_id}", response_model=DatasetPublic)
+def get_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant) -> DatasetPublic:
+    """One uploaded dataset: its shape, task and the name jobs use for it."""
+    return _public(_owned(session, scope, dataset_id))
+
+
+@router.delete("/{dataset_id}", status_code=status.HTTP_204_NO_CONTENT,
+               responses={409: {"description": "Unfinished jobs use the dataset"}})
+def delete_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant) -> None:
+    """Delete an uploaded dataset (its uploader or an admin); refused (409) while an
+    unfinished job uses it."""
+    row = _owned(session, scope, dataset_id)
+    if row.user_id != scope.user.id and scope.user.role == Role.member:
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            "only the uploader or a tenant admin can delete this dataset")
+    try:
+        uploads.delete_upload(session, row)
+    except UploadError as exc:
+        raise HTTPException(exc.status_code, exc.message) from None

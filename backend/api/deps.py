@@ -1,0 +1,143 @@
+"""Request dependencies: database session, caller, and the caller's tenant.
+
+Every route that touches tenant data takes ``CurrentTenant`` (or
+``CurrentUser``) and filters by it; this is the one place that decides who
+the caller is.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+import redis
+from fastapi import Depends, HTTPException, Path, Query, Request, status
+from sqlalchemy import select
+from sqlmodel import Session
+
+from backend.db import get_engine
+from backend.models import ApiToken, Role, Tenant, User, as_utc, utcnow
+from backend.redis_conn import get_keys, get_redis
+from backend.redis_keys import RedisKeys
+from backend.security import hash_token
+from backend.services.web_sessions import CSRF_HEADER, SESSION_COOKIE, find_session
+
+
+def get_session() -> Iterator[Session]:
+    with Session(get_engine(), expire_on_commit=False) as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+# Ids and offsets are database integers (32-bit on PostgreSQL): a larger value
+# is refused with a 422 instead of overflowing the column into a 500.
+DB_INT_MAX = 2**31 - 1
+DbId = Annotated[int, Path(ge=1, le=DB_INT_MAX)]
+Offset = Annotated[int, Query(ge=0, le=DB_INT_MAX)]
+RedisDep = Annotated[redis.Redis, Depends(get_redis)]
+KeysDep = Annotated[RedisKeys, Depends(get_keys)]
+
+_UNAUTHORIZED = HTTPException(
+    status_code=status.HTTP_401_UNAUTHORIZED,
+    detail="Sign in first: send 'Authorization: Bearer <API token>' or sign in in the browser",
+    headers={"WWW-Authenticate": "Bearer"},
+)
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+def _user_from_token(session: Session, token: str) -> User:
+    row = session.execute(
+        select(ApiToken, User)
+        .join(User, ApiToken.user_id == User.id)  # type: ignore[arg-type]
+        .where(ApiToken.token_hash == hash_token(token))  # type: ignore[arg-type]
+    ).first()
+    if row is None:
+        raise _UNAUTHORIZED
+    api_token, user = row
+    now = utcnow()
+    if api_token.revoked_at is not None or (
+        api_token.expires_at is not None and as_utc(api_token.expires_at) <= now
+    ) or not user.is_active:
+        raise _UNAUTHORIZED
+    return user
+
+
+def _user_from_cookie(request: Request, session: Session, cookie: str) -> User:
+    found = find_session(session, cookie)
+    if found is None:
+        raise _UNAUTHORIZED
+    web, user = found
+    # Cookies ride along on cross-site requests; the CSRF header cannot.
+    if request.method not in _SAFE_METHODS and not secrets.compare_digest(
+        request.headers.get(CSRF_HEADER, ""), web.csrf_token
+    ):
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            f"missing or wrong {CSRF_HEADER} header; reload the page")
+    return user
+
+
+def get_current_user(request: Request, session: SessionDep) -> User:
+    """The caller, from a bearer API token or a browser session cookie."""
+    token = _bearer(request)
+    if token is not None:
+        return _user_from_token(session, token)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        return _user_from_cookie(request, session, cookie)
+    raise _UNAUTHORIZED
+
+
+CurrentUser = Annotated[User, Depends(get_current_user)]
+
+
+@dataclass(frozen=True)
+class TenantScope:
+    """Whose data the caller may see: one tenant, or every tenant for a
+    platform admin."""
+
+    tenant: Tenant
+    user: User
+
+    @property
+    def is_platform_admin(self) -> bool:
+        return self.user.role == Role.platform_admin
+
+    def allows(self, tenant_id: int) -> bool:
+        return self.is_platform_admin or tenant_id == self.tenant.id
+
+
+def get_current_tenant(user: CurrentUser, session: SessionDep) -> TenantScope:
+    tenant = session.get(Tenant, user.tenant_id)
+    if tenant is None:
+        raise _UNAUTHORIZED
+    return TenantScope(tenant=tenant, user=user)
+
+
+CurrentTenant = Annotated[TenantScope, Depends(get_current_tenant)]
+
+
+def require_tenant_admin(scope: CurrentTenant) -> TenantScope:
+    if scope.user.role not in (Role.tenant_admin, Role.platform_admin):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "tenant admins only")
+    return scope
+
+
+def require_platform_admin(scope: CurrentTenant) -> TenantScope:
+    if not scope.is_platform_admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "platform admins only")
+    return scope
+
+
+TenantAdmin = Annotated[TenantScope, Depends(require_tenant_admin)]
+PlatformAdmin = Annotated[TenantScope, Depends(require_platform_admin)]

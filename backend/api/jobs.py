@@ -1,0 +1,195 @@
+"""Jobs: submit, list, inspect, control, and read loss history."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+import redis
+from fastapi import APIRouter, HTTPException, Query, status
+from sqlalchemy import func, select
+from sqlmodel import col
+
+from backend.api.deps import CurrentTenant, DbId, KeysDep, Offset, RedisDep, SessionDep
+from backend.models import Decision, Job, JobStatus, LossRecord
+from backend.notify import publish_job_event, wake_scheduler
+from backend.scheduler.history import KEEP_POINTS
+from backend.scheduling.predictor import predict_curve
+from backend.scheduling.types import LossPoint
+from backend.schemas import (
+    DecisionPublic,
+    JobCreate,
+    JobPublic,
+    LossHistory,
+    Page,
+    PredictedPoint,
+    Prediction,
+)
+from backend.services import jobs as job_service
+from backend.settings import get_settings
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+
+def _owned_job(session: SessionDep, scope: CurrentTenant, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    # Another tenant's job is reported as missing, not forbidden: its
+    # existence is none of the caller's business.
+    if job is None or not scope.allows(job.tenant_id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} not found")
+    return job
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic)
+def submit_job(job_in: JobCreate, session: SessionDep, scope: CurrentTenant,
+               client: RedisDep, keys: KeysDep) -> JobPublic:
+    """Submit a training job; it is queued and the scheduler is woken."""
+    limit = min(get_settings().max_iterations_limit, scope.tenant.max_iterations_per_job)
+    if job_in.stopping.max_iterations > limit:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, [{
+            "loc": ["body", "stopping", "max_iterations"],
+            "msg": f"max_iterations {job_in.stopping.max_iterations} is over the limit of "
+                   f"{limit} for tenant {scope.tenant.name}",
+            "type": "value_error"}])
+    job = job_service.create_job(session=session, job_in=job_in, user=scope.user,
+                                 tenant=scope.tenant, max_iterations_limit=limit)
+    wake_scheduler(client, keys, f"submit {job.id}")
+    publish_job_event(client, keys, job_id=job.id, tenant_id=job.tenant_id, status=job.status)
+    return job_service.to_public(job)
+
+
+def _waiting_info(client: RedisDep, keys: KeysDep, jobs: list[Job]) -> dict[int, dict[str, Any]]:
+    """The scheduler's last word on each queued job (position, reason, gain)."""
+    queued = [j.id for j in jobs if j.status == JobStatus.queued and j.id is not None]
+    if not queued:
+        return {}
+    try:
+        raw: Any = client.hmget(keys.waiting, [str(i) for i in queued])
+    except redis.RedisError:
+        return {}
+    return {job_id: json.loads(value) for job_id, value in zip(queued, raw, strict=True)
+            if value is not None}
+
+
+def _public(job: Job, info: dict[int, dict[str, Any]]) -> JobPublic:
+    entry = info.get(job.id or 0)
+    public = job_service.to_public(job)
+    if entry is not None:
+        public.queue_position = int(entry["position"])
+        public.scheduler_reason = str(entry["reason"])
+        public.predicted_gain = entry.get("predicted_gain")
+    return public
+
+
+@router.get("", response_model=Page[JobPublic])
+def list_jobs(
+    session: SessionDep,
+    scope: CurrentTenant,
+    client: RedisDep,
+    keys: KeysDep,
+    status_filter: Annotated[
+        Literal["queued", "running", "paused", "completed", "failed", "cancelled"] | None,
+        Query(alias="status"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Offset = 0,
+) -> Page[JobPublic]:
+    """List your tenant's jobs, newest first, optionally filtered by status."""
+    query = select(Job)
+    count = select(func.count()).select_from(Job)
+    if not scope.is_platform_admin:
+        query = query.where(Job.tenant_id == scope.tenant.id)  # type: ignore[arg-type]
+        count = count.where(Job.tenant_id == scope.tenant.id)  # type: ignore[arg-type]
+    if status_filter is not None:
+        query = query.where(Job.status == status_filter)  # type: ignore[arg-type]
+        count = count.where(Job.status == status_filter)  # type: ignore[arg-type]
+    total = session.execute(count).scalar_one()
+    rows = session.execute(
+        query.order_by(Job.id.desc()).limit(limit).offset(offset)  # type: ignore[union-attr]
+    ).scalars().all()
+    info = _waiting_info(client, keys, list(rows))
+    return Page[JobPublic](items=[_public(j, info) for j in rows], total=int(total),
+                           limit=limit, offset=offset)
+
+
+@router.get("/{job_id}", response_model=JobPublic)
+def get_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: RedisDep,
+            keys: KeysDep) -> JobPublic:
+    """One job: status, progress, losses, timing; for a waiting job, its place in
+    the queue and the scheduler's reason and predicted gain."""
+    job = _owned_job(session, scope, job_id)
+    return _public(job, _waiting_info(client, keys, [job]))
+
+
+@router.get("/{job_id}/losses", response_model=LossHistory)
+def get_losses(job_id: DbId, session: SessionDep, scope: CurrentTenant,
+               max_points: Annotated[int, Query(ge=10, le=100_000)] = 2000) -> LossHistory:
+    """Loss history, downsampled to at most ``max_points`` points."""
+    job = _owned_job(session, scope, job_id)
+    return job_service.loss_history(session=session, job_id=job.id or 0, max_points=max_points)
+
+
+@router.get("/{job_id}/prediction", response_model=Prediction)
+def get_prediction(job_id: DbId, session: SessionDep, scope: CurrentTenant,
+                   horizon: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> Prediction:
+    """The predictor's loss curve ahead of the job, with its confidence band."""
+    job = _owned_job(session, scope, job_id)
+    rows = session.execute(
+        select(col(LossRecord.iteration), col(LossRecord.loss), col(LossRecord.seconds))
+        .where(col(LossRecord.job_id) == job.id)
+        .order_by(col(LossRecord.iteration).desc()).limit(KEEP_POINTS)
+    ).all()
+    history = [LossPoint(int(i), float(loss), float(sec)) for i, loss, sec in reversed(rows)]
+    last = history[-1].iteration if history else 0
+    if horizon is None:
+        horizon = max(min(job.max_iterations - last, max(last, 50)), 1)
+    curve = predict_curve(history, horizon, initial_loss=job.initial_loss) if history else []
+    return Prediction(job_id=job.id or 0, from_iteration=last, points=[
+        PredictedPoint(iteration=i, loss=p, low=lo, high=hi) for i, p, lo, hi in curve])
+
+
+@router.get("/{job_id}/decisions", response_model=list[DecisionPublic])
+def get_decisions(job_id: DbId, session: SessionDep, scope: CurrentTenant,
+                  limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[DecisionPublic]:
+    """The scheduler's recorded grants for this job, newest first."""
+    job = _owned_job(session, scope, job_id)
+    rows = session.execute(
+        select(Decision).where(Decision.job_id == job.id)  # type: ignore[arg-type]
+        .order_by(Decision.id.desc()).limit(limit)  # type: ignore[union-attr]
+    ).scalars().all()
+    return [DecisionPublic(chunk_seq=d.chunk_seq, iterations=d.iterations, policy=d.policy,
+                           reason=d.reason, predicted_gain=d.predicted_gain,
+                           created_at=d.created_at) for d in rows]
+
+
+def _control(action: str, job_id: int, session: SessionDep, scope: CurrentTenant,
+             client: RedisDep, keys: KeysDep) -> JobPublic:
+    job = _owned_job(session, scope, job_id)
+    try:
+        job = job_service.change_state(session=session, job=job, action=action)
+    except job_service.JobStateError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    wake_scheduler(client, keys, f"{action} {job_id}")
+    publish_job_event(client, keys, job_id=job.id, tenant_id=job.tenant_id, status=job.status)
+    return job_service.to_public(job)
+
+
+@router.post("/{job_id}/pause", response_model=JobPublic)
+def pause_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: RedisDep,
+              keys: KeysDep) -> JobPublic:
+    """Pause: the job keeps its checkpoint and stops getting slots."""
+    return _control("pause", job_id, session, scope, client, keys)
+
+
+@router.post("/{job_id}/resume", response_model=JobPublic)
+def resume_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: RedisDep,
+               keys: KeysDep) -> JobPublic:
+    """Resume a paused job from its last checkpoint."""
+    return _control("resume", job_id, session, scope, client, keys)
+
+
+@router.post("/{job_id}/cancel", response_model=JobPublic)
+def cancel_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: RedisDep,
+               keys: KeysDep) -> JobPublic:
+    """Cancel: the job stops for good; its loss history is kept."""
+    return _control("cancel", job_id, session, scope, client, keys)

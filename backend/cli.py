@@ -1,0 +1,82 @@
+"""The `slaq` command: run the portal or one of its parts, and tools."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def _logging() -> None:
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Tools with their own argument parsers get the rest of the line untouched.
+    if argv and argv[0] in ("simulate", "record-trace"):
+        from backend.simulation import cli as sim_cli
+
+        entry = sim_cli.simulate_main if argv[0] == "simulate" else sim_cli.record_trace_main
+        return entry(argv[1:])
+    from backend.client.cli import COMMANDS as CLIENT_COMMANDS
+
+    if argv and argv[0] in CLIENT_COMMANDS:  # the REST client: login, submit, status, ...
+        from backend.client.cli import main as client_main
+
+        return client_main(argv)
+    parser = argparse.ArgumentParser(prog="slaq", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="API, scheduler and workers together (the default setup)")
+    sub.add_parser("api", help="the web API only")
+    sub.add_parser("scheduler", help="the scheduler process only")
+    worker = sub.add_parser("worker", help="a Celery worker process")
+    worker.add_argument("--concurrency", type=int, default=None)
+    sub.add_parser("migrate", help="apply database migrations")
+    sub.add_parser("seed", help="create the platform admin and demo tenant")
+    sub.add_parser("simulate", help="compare policies in the simulator (see slaq simulate -h)")
+    sub.add_parser("record-trace", help="record real loss curves for the simulator")
+    args = parser.parse_args(argv)
+    _logging()
+    from backend.settings import get_settings
+
+    settings = get_settings()
+    if args.command == "run":
+        from backend.supervisor import run
+
+        return run(settings)
+    if args.command == "api":
+        import uvicorn
+
+        uvicorn.run("backend.main:app", host=settings.host, port=settings.port)
+        return 0
+    if args.command == "scheduler":
+        from backend.scheduler.main import run_forever
+
+        run_forever()
+        return 0
+    if args.command == "worker":
+        from backend.redis_conn import get_keys
+        from workers.celery_app import celery_app
+
+        celery_app.worker_main(["worker", "-Q", get_keys().chunk_queue, "--loglevel", "INFO",
+                                "--concurrency", str(args.concurrency or settings.workers)])
+        return 0
+    from backend.db import migrate, session_scope
+
+    migrate(settings.effective_database_url)
+    if args.command == "seed":
+        from backend.seed import seed
+
+        with session_scope() as session:
+            seed(session, admin_email=settings.admin_email,
+                 admin_password=settings.admin_password, demo_tenant=settings.demo_tenant)
+    print(f"database ready: {settings.effective_database_url}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

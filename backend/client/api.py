@@ -1,0 +1,172 @@
+"""``SlaqClient``: the portal's REST API from Python scripts, over httpx."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+API = "/api/v1"
+
+
+class SlaqError(Exception):
+    """The portal refused a request; ``str()`` is a readable explanation."""
+
+    def __init__(self, status_code: int, message: str, detail: Any = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.detail = detail
+
+
+def describe_error(status_code: int, detail: Any) -> str:
+    """Turn an error body's ``detail`` into lines such as
+    ``params.learning_rate: must be at most 10``."""
+    if isinstance(detail, list):
+        lines = []
+        for item in detail:
+            if not isinstance(item, dict):
+                lines.append(str(item))
+                continue
+            loc = [str(p) for p in item.get("loc", [])]
+            if loc and loc[0] in ("body", "query", "path", "header"):
+                loc = loc[1:]
+            where = ".".join(loc)
+            msg = str(item.get("msg", item))
+            lines.append(f"{where}: {msg}" if where else msg)
+        return "\n".join(lines) or f"HTTP {status_code}"
+    if isinstance(detail, dict):
+        return str(detail.get("message") or json.dumps(detail))
+    if detail:
+        return str(detail)
+    return f"HTTP {status_code}"
+
+
+class SlaqClient:
+    """A signed-in connection to one portal.
+
+    >>> client = SlaqClient("http://127.0.0.1:8000", token)   # doctest: +SKIP
+    >>> job = client.submit({"algorithm": "mlp", "dataset": "digits"})  # doctest: +SKIP
+    """
+
+    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def __enter__(self) -> SlaqClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            resp = self._http.request(method, f"{API}{path}", **kwargs)
+        except httpx.HTTPError as exc:
+            raise SlaqError(0, f"cannot reach {self.base_url}: {exc}") from None
+        if resp.status_code >= 400:
+            try:
+                detail = resp.json().get("detail")
+            except (ValueError, AttributeError):
+                detail = resp.text.strip()[:500]
+            raise SlaqError(resp.status_code, describe_error(resp.status_code, detail), detail)
+        if resp.status_code == 204 or not resp.content:
+            return None
+        return resp.json()
+
+    # -- signing in -------------------------------------------------------
+    def create_token(self, email: str, password: str, name: str = "cli") -> str:
+        """A new API token for ``email``; the portal shows it only this once."""
+        body = self._request("POST", "/auth/token",
+                             json={"email": email, "password": password, "token_name": name})
+        return str(body["token"])
+
+    def me(self) -> dict[str, Any]:
+        return dict(self._request("GET", "/auth/me"))
+
+    # -- jobs ------------------------------------------------------------
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._request("POST", "/jobs", json=spec))
+
+    def jobs(self, status: str | None = None, limit: int = 50, offset: int = 0) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if status:
+            params["status"] = status
+        return dict(self._request("GET", "/jobs", params=params))
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return dict(self._request("GET", f"/jobs/{job_id}"))
+
+    def losses(self, job_id: int, max_points: int = 2000) -> dict[str, Any]:
+        return dict(self._request("GET", f"/jobs/{job_id}/losses",
+                                  params={"max_points": max_points}))
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return dict(self._request("POST", f"/jobs/{job_id}/cancel"))
+
+    def pause(self, job_id: int) -> dict[str, Any]:
+        return dict(self._request("POST", f"/jobs/{job_id}/pause"))
+
+    def resume(self, job_id: int) -> dict[str, Any]:
+        return dict(self._request("POST", f"/jobs/{job_id}/resume"))
+
+    def stream_points(self, job_id: int, after_iteration: int = 0,
+                      idle_timeout: float = 1.0) -> Iterator[list[tuple[int, float]]]:
+        """Batches of live ``(iteration, loss)`` points from the job's SSE stream.
+
+        Ends (without error) when nothing arrives for ``idle_timeout`` seconds,
+        so a caller can check the job's status and call again with the last
+        iteration it saw.
+        """
+        timeout = httpx.Timeout(30.0, read=idle_timeout)
+        try:
+            with self._http.stream("GET", f"{API}/jobs/{job_id}/stream",
+                                   params={"after_iteration": after_iteration},
+                                   timeout=timeout) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    try:
+                        detail = resp.json().get("detail")
+                    except ValueError:
+                        detail = resp.text
+                    raise SlaqError(resp.status_code, describe_error(resp.status_code, detail),
+                                    detail)
+                event, data = "", []
+                for line in resp.iter_lines():
+                    if line.startswith("event:"):
+                        event = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data.append(line[5:].strip())
+                    elif not line:
+                        if event == "points" and data:
+                            payload = json.loads("\n".join(data))
+                            yield [(int(i), float(v)) for i, v in payload.get("points", [])]
+                        event, data = "", []
+        except httpx.ReadTimeout:
+            return
+        except httpx.HTTPError as exc:
+            raise SlaqError(0, f"live stream from {self.base_url} broke: {exc}") from None
+
+    # -- datasets ----------------------------------------------------------
+    def upload_dataset(self, path: str | Path, name: str, task: str,
+                       label: str | None = None) -> dict[str, Any]:
+        """Upload a CSV file as a dataset of your tenant."""
+        data = {"name": name, "task": task}
+        if label is not None:
+            data["label"] = label
+        with Path(path).open("rb") as fh:
+            return dict(self._request("POST", "/datasets", data=data,
+                                      files={"file": (Path(path).name, fh, "text/csv")},
+                                      timeout=300))
+
+    def datasets(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/datasets"))
+
+    def delete_dataset(self, dataset_id: int) -> None:
+        self._request("DELETE", f"/datasets/{dataset_id}")

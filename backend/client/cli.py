@@ -1,0 +1,346 @@
+"""``slaq login | submit | status | watch | cancel | upload | datasets``:
+the portal from a shell, signed in with an API token.
+
+``slaq login`` stores the portal URL and a fresh API token in
+``~/.config/slaq/credentials.json`` (mode 0600); ``SLAQ_URL`` and
+``SLAQ_TOKEN`` override them, so CI scripts need no file at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from backend.client import credentials
+from backend.client.api import SlaqClient, SlaqError
+
+COMMANDS = ("login", "submit", "status", "watch", "cancel", "upload", "datasets")
+"""The sub-commands this module handles (``backend.cli`` dispatches them here)."""
+
+FINISHED = ("completed", "failed", "cancelled")
+STATUS_POLL_SECONDS = 2.0
+BAR_WIDTH = 20
+
+
+class UsageError(Exception):
+    """A bad command line, reported without a traceback."""
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="slaq", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    login = sub.add_parser("login", help="sign in and store an API token")
+    login.add_argument("--url", help=f"portal URL (default $SLAQ_URL or {credentials.DEFAULT_URL})")
+    login.add_argument("--email")
+    login.add_argument("--password", help="prompted for when missing")
+    login.add_argument("--token-name", default=None, help="label of the new token")
+
+    submit = sub.add_parser("submit", help="submit a training job; prints its id")
+    submit.add_argument("algorithm", nargs="?")
+    submit.add_argument("dataset", nargs="?", help="a catalogue dataset or upload:<id>")
+    submit.add_argument("--file", type=Path, help="a JSON job spec; flags override its fields")
+    submit.add_argument("--param", "-p", action="append", default=[], metavar="K=V",
+                        help="algorithm parameter (repeat); V is parsed as JSON when it can be")
+    submit.add_argument("--dataset-param", action="append", default=[], metavar="K=V")
+    submit.add_argument("--max-iterations", type=int)
+    submit.add_argument("--tolerance", type=_optional_float, metavar="T|none",
+                        default=argparse.SUPPRESS, help="convergence tolerance; none disables")
+    submit.add_argument("--target-loss", type=float)
+    submit.add_argument("--window", type=int)
+    submit.add_argument("--seed", type=int)
+    submit.add_argument("--name")
+
+    status = sub.add_parser("status", help="a table of your jobs, or one job in detail")
+    status.add_argument("job_id", nargs="?", type=int)
+    status.add_argument("--status", dest="status_filter",
+                        choices=["queued", "running", "paused", *FINISHED])
+    status.add_argument("--limit", type=int, default=20)
+    status.add_argument("--json", action="store_true", help="print the raw JSON")
+
+    watch = sub.add_parser("watch", help="follow a job's loss live until it finishes")
+    watch.add_argument("job_id", type=int)
+
+    cancel = sub.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("job_id", type=int)
+
+    upload = sub.add_parser("upload", help="upload a CSV as a dataset of your tenant")
+    upload.add_argument("path", type=Path)
+    upload.add_argument("--name", help="default: the file name without .csv")
+    upload.add_argument("--task", required=True,
+                        choices=["classification", "regression", "clustering"])
+    upload.add_argument("--label", help="label column name or index (default: the last)")
+
+    sub.add_parser("datasets", help="your tenant's uploaded datasets")
+    return parser
+
+
+def _optional_float(text: str) -> float | None:
+    if text.strip().lower() in ("none", "null", "off"):
+        return None
+    return float(text)
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} wants KEY=VALUE, got {item!r}")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def _client(url: str | None = None) -> SlaqClient:
+    creds = credentials.load()
+    if not creds.token:
+        raise UsageError("not signed in: run `slaq login` or set SLAQ_TOKEN")
+    return SlaqClient(url or creds.url, creds.token)
+
+
+def _login(args: argparse.Namespace) -> int:
+    url = (args.url or credentials.load().url).rstrip("/")
+    email = args.email or input("Email: ").strip()
+    password = args.password if args.password is not None else getpass.getpass("Password: ")
+    name = args.token_name or f"cli@{socket.gethostname()}"[:100]
+    with SlaqClient(url) as anonymous:
+        token = anonymous.create_token(email, password, name)
+    with SlaqClient(url, token) as client:
+        me = client.me()
+    path = credentials.save(url, token)
+    _out(f"signed in to {url} as {me['email']} ({me['role']}, tenant {me['tenant_name']}); "
+         f"token saved in {path}")
+    return 0
+
+
+def _spec(args: argparse.Namespace) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if args.file is not None:
+        try:
+            loaded = json.loads(args.file.read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read {args.file}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise UsageError(f"{args.file} must hold a JSON object (a job spec)")
+        spec = loaded
+    if args.algorithm:
+        spec["algorithm"] = args.algorithm
+    if args.dataset:
+        spec["dataset"] = args.dataset
+    if "algorithm" not in spec or "dataset" not in spec:
+        raise UsageError("give ALGORITHM and DATASET (or --file spec.json)")
+    if args.param:
+        spec["params"] = {**spec.get("params", {}), **_pairs(args.param, "--param")}
+    if args.dataset_param:
+        spec["dataset_params"] = {**spec.get("dataset_params", {}),
+                                  **_pairs(args.dataset_param, "--dataset-param")}
+    stopping = dict(spec.get("stopping") or {})
+    for field in ("max_iterations", "target_loss", "window"):
+        if getattr(args, field) is not None:
+            stopping[field] = getattr(args, field)
+    if hasattr(args, "tolerance"):
+        stopping["tolerance"] = args.tolerance
+    if stopping:
+        spec["stopping"] = stopping
+    if args.seed is not None:
+        spec["seed"] = args.seed
+    if args.name is not None:
+        spec["name"] = args.name
+    return spec
+
+
+def _submit(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    with _client() as client:
+        job = client.submit(spec)
+    _out(str(job["id"]))
+    return 0
+
+
+def _fmt_loss(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.6g}"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                     for r in rows)
+
+
+def _status(args: argparse.Namespace) -> int:
+    with _client() as client:
+        if args.job_id is not None:
+            job = client.job(args.job_id)
+            if args.json:
+                _out(json.dumps(job, indent=2))
+                return 0
+            stop = job["stopping"]
+            facts = [
+                ("job", f"{job['id']}  {job['name']}"),
+                ("status", job["status"] + (f" (queue position {job['queue_position']})"
+                                            if job.get("queue_position") else "")),
+                ("algorithm", job["algorithm"]), ("dataset", job["dataset"]),
+                ("params", json.dumps(job["params"])),
+                ("progress", f"{job['iterations_done']}/{stop['max_iterations']} iterations "
+                             f"({100 * job['progress']:.0f}%)"),
+                ("loss", f"{_fmt_loss(job['current_loss'])} (initial "
+                         f"{_fmt_loss(job['initial_loss'])}, best {_fmt_loss(job['best_loss'])})"),
+                ("scheduler", job.get("scheduler_reason") or "-"),
+            ]
+            if job.get("end_reason"):
+                facts.append(("ended", job["end_reason"]))
+            if job.get("error"):
+                facts.append(("error", job["error"]))
+            _out(_table([[k + ":", v] for k, v in facts]))
+            return 0
+        page = client.jobs(status=args.status_filter, limit=args.limit)
+    if args.json:
+        _out(json.dumps(page, indent=2))
+        return 0
+    if not page["items"]:
+        _out("no jobs")
+        return 0
+    rows = [["ID", "STATUS", "ALGORITHM", "DATASET", "ITER", "LOSS", "DONE", "NAME"]]
+    for job in page["items"]:
+        rows.append([str(job["id"]), job["status"], job["algorithm"], job["dataset"],
+                     str(job["iterations_done"]), _fmt_loss(job["current_loss"]),
+                     f"{100 * job['progress']:.0f}%", job["name"]])
+    _out(_table(rows))
+    if page["total"] > len(page["items"]):
+        _out(f"({len(page['items'])} of {page['total']} jobs; --limit for more)")
+    return 0
+
+
+def _bar(done: int, total: int) -> str:
+    frac = min(max(done / total, 0.0), 1.0) if total > 0 else 0.0
+    filled = int(round(frac * BAR_WIDTH))
+    return f"[{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {100 * frac:3.0f}%"
+
+
+def _watch(args: argparse.Namespace) -> int:
+    tty = sys.stdout.isatty()
+    with _client() as client:
+        job = client.job(args.job_id)
+        total = int(job["stopping"]["max_iterations"])
+        _out(f"job {job['id']}: {job['algorithm']} on {job['dataset']} ({job['status']})")
+        last_iteration = 0
+        last_status = job["status"]
+        checked = time.monotonic()
+
+        def show(iteration: int, loss: float) -> None:
+            line = f"iteration {iteration:>7}/{total}  loss {loss:<12.6g} {_bar(iteration, total)}"
+            if tty:
+                sys.stdout.write("\r" + line)
+                sys.stdout.flush()
+            else:
+                _out(line)
+
+        def drain(idle: float) -> None:
+            nonlocal last_iteration
+            for batch in client.stream_points(args.job_id, last_iteration, idle_timeout=idle):
+                fresh = [(i, v) for i, v in batch if i > last_iteration]
+                if fresh:
+                    last_iteration = fresh[-1][0]
+                    show(*fresh[-1])
+
+        while last_status not in FINISHED:
+            for batch in client.stream_points(args.job_id, last_iteration, idle_timeout=1.0):
+                fresh = [(i, v) for i, v in batch if i > last_iteration]
+                if fresh:
+                    last_iteration = fresh[-1][0]
+                    show(*fresh[-1])
+                if time.monotonic() - checked >= STATUS_POLL_SECONDS:
+                    break
+            job = client.job(args.job_id)
+            checked = time.monotonic()
+            if job["status"] != last_status and job["status"] not in FINISHED:
+                if tty:
+                    sys.stdout.write("\n")
+                reason = f": {job['scheduler_reason']}" if job.get("scheduler_reason") else ""
+                _out(f"status {job['status']}{reason}")
+            last_status = job["status"]
+        drain(0.5)  # points streamed just before the job finished
+        if tty:
+            sys.stdout.write("\n")
+        ending = job.get("end_reason") or job["status"]
+        _out(f"job {job['id']} {job['status']} after {job['iterations_done']} iterations: "
+             f"loss {_fmt_loss(job['current_loss'])} (best {_fmt_loss(job['best_loss'])}); "
+             f"{ending}")
+        if job.get("error") and job["error"] != ending:
+            _out(f"error: {job['error']}")
+    return 0 if job["status"] == "completed" else 1
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    with _client() as client:
+        job = client.cancel(args.job_id)
+    _out(f"job {job['id']} {job['status']}")
+    return 0
+
+
+def _upload(args: argparse.Namespace) -> int:
+    if not args.path.is_file():
+        raise UsageError(f"no such file: {args.path}")
+    name = args.name or args.path.stem
+    with _client() as client:
+        ds = client.upload_dataset(args.path, name, args.task, args.label)
+    _out(f"{ds['dataset']}  {ds['name']}: {ds['rows']} rows, {ds['columns']} features"
+         + (f", {ds['n_classes']} classes" if ds["n_classes"] else "") + f" ({ds['task']})")
+    return 0
+
+
+def _datasets(_args: argparse.Namespace) -> int:
+    with _client() as client:
+        rows = client.datasets()
+    if not rows:
+        _out("no uploaded datasets")
+        return 0
+    table = [["DATASET", "NAME", "TASK", "ROWS", "FEATURES", "CLASSES"]]
+    table += [[d["dataset"], d["name"], d["task"], str(d["rows"]), str(d["columns"]),
+               str(d["n_classes"] or "-")] for d in rows]
+    _out(_table(table))
+    return 0
+
+
+HANDLERS = {"login": _login, "submit": _submit, "status": _status, "watch": _watch,
+            "cancel": _cancel, "upload": _upload, "datasets": _datasets}
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return HANDLERS[args.command](args)
+    except UsageError as exc:
+        _err(f"slaq {args.command}: {exc}")
+        return 2
+    except SlaqError as exc:
+        lines = str(exc).splitlines() or [f"HTTP {exc.status_code}"]
+        for line in lines:
+            _err(f"error: {line}")
+        if exc.status_code == 401:
+            _err("hint: sign in again with `slaq login` (or check SLAQ_TOKEN)")
+        return 1
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130

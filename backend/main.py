@@ -1,0 +1,55 @@
+"""The FastAPI application: routers, error shapes, and the static frontend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import plotly
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from backend.api import admin, auth, catalog, cluster, datasets, health, jobs, live, pages
+from backend.services.quotas import QuotaExceeded
+from backend.services.specs import SpecErrors
+
+FRONTEND_DIR = Path(__file__).resolve().parent.parent / "frontend"
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(
+        title="SLAQ portal",
+        version="1",
+        description="Submit exploratory ML training jobs; a quality-driven scheduler "
+        "gives each free worker slot to the job whose next chunk should improve it most.",
+    )
+    for router in (auth.router, jobs.router, live.router, catalog.router, admin.router,
+                   cluster.router, health.router, pages.router, datasets.router):
+        app.include_router(router)
+
+    @app.exception_handler(SpecErrors)
+    async def _spec_errors(_request: Request, exc: SpecErrors) -> JSONResponse:
+        detail = [{"loc": ["body", *e.loc], "msg": e.message, "type": "value_error"}
+                  for e in exc.errors]
+        return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(QuotaExceeded)
+    async def _quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
+        return JSONResponse(status_code=409, content={"detail": {
+            "quota": exc.quota, "limit": exc.limit, "usage": exc.usage, "message": exc.message}})
+
+    @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
+    def plotly_js() -> FileResponse:
+        return FileResponse(PLOTLY_JS, media_type="application/javascript")
+
+    app.mount("/static", StaticFiles(directory=FRONTEND_DIR / "static"), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(FRONTEND_DIR / "index.html")
+
+    return app
+
+
+app = create_app()

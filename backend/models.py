@@ -1,0 +1,183 @@
+"""Database tables: the source of truth for tenants, users, jobs, losses and
+scheduling decisions. API shapes live in :mod:`backend.schemas`, so internal
+fields (hashes, scheduler bookkeeping) never leak by accident."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes; every stored time is UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+class Role(StrEnum):
+    member = "member"
+    tenant_admin = "tenant_admin"
+    platform_admin = "platform_admin"
+
+
+class JobStatus(StrEnum):
+    queued = "queued"  # runnable, waiting for a slot
+    running = "running"  # a chunk is in flight
+    paused = "paused"
+    completed = "completed"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+RUNNABLE = (JobStatus.queued, JobStatus.running)
+FINISHED = (JobStatus.completed, JobStatus.failed, JobStatus.cancelled)
+
+
+class Tenant(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=64)
+    created_at: datetime = Field(default_factory=utcnow)
+    max_slots: int = 4
+    max_active_jobs: int = 50
+    max_queued_jobs: int = 200
+    max_iterations_per_job: int = 100_000
+    share_weight: float = 1.0
+
+
+class User(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", index=True)
+    email: str = Field(index=True, unique=True, max_length=254)
+    password_hash: str
+    role: str = Field(default=Role.member)
+    created_at: datetime = Field(default_factory=utcnow)
+    is_active: bool = True
+
+
+class ApiToken(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="user.id", index=True)
+    name: str = Field(max_length=100)
+    token_hash: str = Field(index=True, unique=True)
+    prefix: str = Field(max_length=16)
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
+class Job(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", index=True)
+    user_id: int = Field(foreign_key="user.id", index=True)
+    name: str = Field(default="", max_length=200)
+    algorithm: str
+    dataset: str
+    params: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    dataset_params: dict[str, Any] = Field(
+        default_factory=dict, sa_column=Column(JSON, nullable=False)
+    )
+    seed: int = 0
+    max_iterations: int
+    target_loss: float | None = None
+    tolerance: float | None = None
+    convergence_window: int = 10
+    status: str = Field(default=JobStatus.queued, index=True)
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    waiting_since: datetime = Field(default_factory=utcnow)
+    iterations_done: int = 0
+    checkpoint_iteration: int = 0
+    chunk_seq: int = 0
+    chunks_run: int = 0
+    attained_seconds: float = 0.0
+    initial_loss: float | None = None
+    current_loss: float | None = None
+    best_loss: float | None = None
+    end_reason: str | None = None
+    error: str | None = None
+    last_reason: str | None = None
+    predicted_gain: float | None = None
+
+
+class LossRecord(SQLModel, table=True):
+    __tablename__ = "loss_point"
+    __table_args__ = (UniqueConstraint("job_id", "iteration", name="uq_loss_point_job_iter"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="job.id")
+    iteration: int
+    loss: float
+    seconds: float
+    recorded_at: datetime = Field(default_factory=utcnow)
+
+
+class Decision(SQLModel, table=True):
+    __table_args__ = (Index("ix_decision_job_seq", "job_id", "chunk_seq"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="job.id")
+    tenant_id: int = Field(foreign_key="tenant.id", index=True)
+    chunk_seq: int
+    iterations: int
+    policy: str
+    reason: str
+    predicted_gain: float | None = None
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
+class PortalSetting(SQLModel, table=True):
+    """Run-time settings an admin can change (e.g. the active policy)."""
+
+    key: str = Field(primary_key=True, max_length=64)
+    value: str
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class WebSession(SQLModel, table=True):
+    """A browser sign-in. The cookie carries a random id; only its hash is
+    stored, and the CSRF token must come back in a header on unsafe requests."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="user.id", index=True)
+    session_hash: str = Field(index=True, unique=True)
+    csrf_token: str
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+
+
+class AuditLog(SQLModel, table=True):
+    """Admin actions: who changed what (quotas, roles, the active policy)."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    actor_id: int = Field(foreign_key="user.id", index=True)
+    tenant_id: int | None = Field(default=None, foreign_key="tenant.id", index=True)
+    action: str = Field(max_length=64)
+    target: str = Field(max_length=200)
+    details: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
+class UploadedDataset(SQLModel, table=True):
+    """A tenant's CSV dataset, validated and stored as a numpy file."""
+
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_dataset_tenant_name"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", index=True)
+    user_id: int = Field(foreign_key="user.id")
+    name: str = Field(max_length=64)
+    task: str
+    rows: int
+    columns: int
+    n_classes: int = 0
+    path: str
+    created_at: datetime = Field(default_factory=utcnow)

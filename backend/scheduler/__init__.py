@@ -1,0 +1,1 @@
+"""The live scheduler: DB/Redis/Celery adapters around the pure policy core."""

@@ -1,0 +1,1 @@
+"""Plain service functions used by the API, the CLI and tests."""

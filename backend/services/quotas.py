@@ -1,0 +1,77 @@
+"""Per-tenant quotas: current usage, and the atomic check at submit time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+from sqlmodel import Session, col
+
+from backend.models import Job, JobStatus, Tenant
+
+QUOTA_FIELDS = ("max_slots", "max_active_jobs", "max_queued_jobs", "max_iterations_per_job",
+                "share_weight")
+ACTIVE = (JobStatus.queued, JobStatus.running, JobStatus.paused)
+
+
+@dataclass(frozen=True)
+class Usage:
+    running_slots: int
+    active_jobs: int
+    queued_jobs: int
+
+
+class QuotaExceeded(Exception):
+    def __init__(self, quota: str, limit: int, usage: int, message: str) -> None:
+        super().__init__(message)
+        self.quota = quota
+        self.limit = limit
+        self.usage = usage
+        self.message = message
+
+
+def usage_by_tenant(session: Session) -> dict[int, Usage]:
+    rows = session.execute(
+        select(col(Job.tenant_id), col(Job.status), func.count())
+        .where(col(Job.status).in_(ACTIVE))
+        .group_by(col(Job.tenant_id), col(Job.status))
+    ).all()
+    counts: dict[int, dict[str, int]] = {}
+    for tenant_id, status, n in rows:
+        counts.setdefault(int(tenant_id), {})[str(status)] = int(n)
+    return {
+        tid: Usage(running_slots=c.get(JobStatus.running, 0),
+                   active_jobs=sum(c.values()),
+                   queued_jobs=c.get(JobStatus.queued, 0))
+        for tid, c in counts.items()
+    }
+
+
+def tenant_usage(session: Session, tenant_id: int) -> Usage:
+    return usage_by_tenant(session).get(tenant_id, Usage(0, 0, 0))
+
+
+def lock_tenant(session: Session, tenant_id: int) -> None:
+    """Serialise submissions of one tenant until the transaction ends.
+
+    A no-op UPDATE takes PostgreSQL's row lock and SQLite's write lock, so a
+    concurrent submission waits here and then counts our committed job.
+    """
+    session.execute(update(Tenant).where(Tenant.id == tenant_id)  # type: ignore[arg-type]
+                    .values(max_slots=Tenant.max_slots))
+
+
+def check_submission(session: Session, tenant: Tenant) -> None:
+    """Raise QuotaExceeded if one more queued job would break a quota.
+    Call after :func:`lock_tenant`, in the same transaction as the insert."""
+    session.refresh(tenant)  # an admin may have just changed the quotas
+    usage = tenant_usage(session, tenant.id or 0)
+    if usage.active_jobs >= tenant.max_active_jobs:
+        raise QuotaExceeded("max_active_jobs", tenant.max_active_jobs, usage.active_jobs,
+                            f"quota max_active_jobs reached: tenant {tenant.name} has "
+                            f"{usage.active_jobs} of {tenant.max_active_jobs} active jobs; "
+                            "wait for one to finish or cancel one")
+    if usage.queued_jobs >= tenant.max_queued_jobs:
+        raise QuotaExceeded("max_queued_jobs", tenant.max_queued_jobs, usage.queued_jobs,
+                            f"quota max_queued_jobs reached: tenant {tenant.name} has "
+                            f"{usage.queued_jobs} of {tenant.max_queued_jobs} jobs waiting")

@@ -1,0 +1,64 @@
+"""All configuration in one object, read from the environment and `.env`.
+
+Every setting has a working default so `slaq run` starts on a fresh machine
+with an SQLite file and a local Redis; production overrides DATABASE_URL,
+REDIS_URL and SECRET_KEY.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEV_SECRET = "dev-only-secret-change-me"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+
+    environment: str = Field("development", description="development, test or production")
+    data_dir: Path = Field(Path("var"), description="Where SQLite, checkpoints and logs live")
+    database_url: str = Field("", description="SQLAlchemy URL; empty means SQLite in data_dir")
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for broker and state")
+    redis_prefix: str = Field("slaq", description="Namespace for every Redis key")
+    secret_key: str = Field(DEV_SECRET, description="Signs session cookies")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    chunk_seconds: float = Field(1.0, gt=0, description="Target wall time of one chunk")
+    default_chunk_iterations: int = Field(10, ge=1, description="First chunk of a new job")
+    lease_seconds: float = Field(30.0, gt=0, description="A chunk not reported by then is lost")
+    heartbeat_seconds: float = Field(2.0, gt=0, description="Worker heartbeat period")
+    scheduler_tick_seconds: float = Field(1.0, gt=0)
+    policy: str = Field("slaq", description="Active scheduling policy at first start")
+    max_iterations_limit: int = Field(1_000_000, ge=1, description="Hard cap on any job")
+    checkpoint_dir: Path | None = None
+    task_time_limit: int = Field(300, ge=1, description="Hard Celery time limit per chunk")
+    admin_email: str = "admin@example.com"
+    admin_password: str = "admin"
+    demo_tenant: str = "demo"
+
+    @model_validator(mode="after")
+    def _refuse_placeholder_secret(self) -> Settings:
+        if self.environment == "production" and self.secret_key == DEV_SECRET:
+            raise ValueError("SECRET_KEY must be set in production")
+        return self
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'slaq.db').resolve()}"
+
+    @property
+    def effective_checkpoint_dir(self) -> Path:
+        return self.checkpoint_dir or (self.data_dir / "checkpoints")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

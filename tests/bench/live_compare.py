@@ -1,0 +1,137 @@
+"""Live vs simulated: one workload, slaq vs fair, on real workers and in the
+simulator, figures side by side.
+
+    .venv/bin/python -m tests.bench.live_compare [--jobs 16] [--load 1.5] [--seed 0]
+
+Each policy gets a fresh portal (2 real Celery worker slots, real Redis, an
+SQLite database). Jobs are submitted at the workload's arrival times with the
+recorded curves' algorithm, dataset, parameters and seed, and run for the
+recorded number of iterations; training is deterministic, so the live losses
+are the trace's losses and only timing differs. The live figures are computed
+with the simulator's own metric code from the loss points' commit times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+from sqlalchemy import select
+
+from backend.db import engine_for, session_scope
+from backend.models import Job, LossRecord, as_utc
+from backend.scheduling.metrics import Figures, figures
+from backend.scheduling.simulator import SimConfig, SimJob, SimResult, build_policy, simulate
+from backend.scheduling.trace import Trace, load_trace
+from backend.scheduling.workload import Arrival, generate_workload
+from backend.simulation.cli import STANDARD_TRACE
+from tests.utils.portal import make_user_token, start_portal
+from tests.utils.services import test_redis
+
+SLOTS = 2
+
+
+def _epoch(moment: datetime) -> float:
+    return as_utc(moment).timestamp()
+
+
+def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: float,
+             redis_url: str, root: Path) -> tuple[SimResult, float]:
+    """Replays ``arrivals`` on a fresh portal; returns the result and the
+    largest difference between live and recorded losses."""
+    data = root / policy
+    db_url = f"sqlite:///{data / 'live.db'}"
+    portal = start_portal(data_dir=data, db_url=db_url, redis_url=redis_url, workers=SLOTS,
+                          policy=policy, extra_env={"CHUNK_SECONDS": str(chunk_seconds),
+                                                    "LOG_LEVEL": "WARNING"})
+    ids: dict[int, int] = {}
+    try:
+        token = make_user_token(db_url, tenant="bench", email="bench@bench.test",
+                                max_slots=SLOTS, max_active_jobs=10_000,
+                                max_iterations_per_job=10**7)
+        with httpx.Client(base_url=portal.base_url, timeout=60,
+                          headers={"Authorization": f"Bearer {token}"}) as api:
+            start = time.monotonic()
+            for arrival in sorted(arrivals, key=lambda a: a.time):
+                delay = start + arrival.time - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                curve = trace.curve(arrival.curve_id)
+                resp = api.post("/api/v1/jobs", json={
+                    "name": f"{arrival.index}:{curve.id}", "algorithm": curve.algorithm,
+                    "dataset": curve.dataset, "params": dict(curve.params),
+                    "dataset_params": dict(curve.dataset_params), "seed": curve.seed,
+                    "stopping": {"max_iterations": curve.iterations, "tolerance": None}})
+                resp.raise_for_status()
+                ids[arrival.index] = resp.json()["id"]
+            deadline = time.monotonic() + 1800
+            while time.monotonic() < deadline:
+                page = api.get("/api/v1/jobs", params={"limit": 200}).json()
+                if all(j["status"] in ("completed", "failed") for j in page["items"]):
+                    break
+                time.sleep(0.5)
+    finally:
+        portal.stop_all()
+        client = portal.redis()
+        for key in client.scan_iter(f"{portal.prefix}:*"):
+            client.delete(key)
+    jobs: list[SimJob] = []
+    worst = 0.0
+    with session_scope(engine_for(db_url)) as session:
+        rows = {j.id: j for j in session.execute(select(Job)).scalars()}
+        t0 = min(_epoch(j.created_at) for j in rows.values())
+        for arrival in arrivals:
+            job = rows[ids[arrival.index]]
+            curve = trace.curve(arrival.curve_id)
+            points = session.execute(
+                select(LossRecord.iteration, LossRecord.loss, LossRecord.recorded_at)
+                .where(LossRecord.job_id == job.id).order_by(LossRecord.iteration)).all()
+            sim = SimJob(arrival.index, curve, arrival.tenant_id, _epoch(job.created_at) - t0)
+            sim.iteration_times = [_epoch(p[2]) - t0 for p in points]
+            sim.finish = _epoch(job.finished_at) - t0 if job.finished_at else None
+            worst = max([worst] + [abs(p[1] - curve.losses[p[0] - 1]) for p in points])
+            jobs.append(sim)
+    return SimResult(policy, jobs, 0, 0.0, 0), worst
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=16)
+    parser.add_argument("--load", type=float, default=1.5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chunk-seconds", type=float, default=0.5)
+    parser.add_argument("--trace", type=Path, default=STANDARD_TRACE)
+    args = parser.parse_args()
+    trace = load_trace(args.trace)
+    arrivals = generate_workload(trace, slots=SLOTS, load=args.load, jobs=args.jobs,
+                                 seed=args.seed, chunk_seconds=args.chunk_seconds)
+    config = SimConfig(slots=SLOTS, chunk_seconds=args.chunk_seconds)
+    rows: dict[str, Figures] = {}
+    with tempfile.TemporaryDirectory() as tmp, test_redis(Path(tmp)) as redis_url:
+        for policy in ("fair", "slaq"):
+            simulated = figures(simulate(build_policy(policy, trace, arrivals), trace,
+                                         arrivals, config))
+            live, worst = run_live(policy, trace, arrivals, args.chunk_seconds, redis_url,
+                                   Path(tmp))
+            rows[f"{policy} (sim)"] = simulated
+            rows[f"{policy} (live)"] = figures(live)
+            print(f"{policy}: live losses match the trace to {worst:.2e}", flush=True)
+    keys = list(Figures.__dataclass_fields__)
+    print(f"\nworkload: {args.jobs} jobs, load {args.load}, seed {args.seed}, {SLOTS} slots, "
+          f"chunk {args.chunk_seconds}s ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)")
+    print(f"{'run':<14}" + "".join(f"{k:>16}" for k in keys))
+    for name, fig in rows.items():
+        print(f"{name:<14}" + "".join(f"{getattr(fig, k):>16.3f}" for k in keys))
+    for kind in ("sim", "live"):
+        fair, slaq = rows[f"fair ({kind})"], rows[f"slaq ({kind})"]
+        print(f"slaq/fair ({kind}): " + ", ".join(
+            f"{k} {getattr(slaq, k) / getattr(fair, k):.2f}" for k in keys
+            if getattr(fair, k)))
+
+
+if __name__ == "__main__":
+    main()

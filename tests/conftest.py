@@ -1,0 +1,38 @@
+"""Shared fixtures: a real Redis (test database number), real databases
+(SQLite and PostgreSQL), and a whole portal in subprocesses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.utils.services import database, postgres_available, test_redis
+
+DB_KINDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with test_redis(tmp_path_factory.mktemp("redis")) as url:
+        yield url
+
+
+def _db(kind: str, tmp: Path) -> Iterator[str]:
+    if kind == "postgresql" and not postgres_available():
+        pytest.fail("PostgreSQL is not reachable at SLAQ_TEST_PG_URL; .ci/run starts it")
+    with database(kind, tmp) as url:
+        yield url
+
+
+@pytest.fixture(params=DB_KINDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database of each kind (function scope)."""
+    yield from _db(request.param, tmp_path)
+
+
+@pytest.fixture(scope="module", params=DB_KINDS)
+def module_db_url(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _db(request.param, tmp_path_factory.mktemp("db"))

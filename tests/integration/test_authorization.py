@@ -1,0 +1,289 @@
+"""Authorization matrix: every route of the API x every kind of caller.
+
+The routes come from the app's own OpenAPI table, so a route added without a
+rule here fails ``test_every_route_has_a_rule``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from backend.db import engine_for, session_scope
+from backend.main import app
+from backend.models import ApiToken, Role, Tenant, User
+from backend.security import hash_token
+from tests.utils.portal import Portal, make_user_token
+
+
+@pytest.fixture(scope="module")
+def module_db_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # Authorization does not depend on the database kind; SQLite keeps it quick.
+    yield f"sqlite:///{tmp_path_factory.mktemp('authz') / 'authz.db'}"
+
+
+ROLES = ["anonymous", "other_member", "other_admin", "member", "tenant_admin", "platform_admin"]
+CSV = "a,b,label\n" + "".join(f"{i},{i % 7},{i % 2}\n" for i in range(40))
+JOB_SPEC = {"algorithm": "logistic_regression", "dataset": "iris",
+            "stopping": {"max_iterations": 100000, "tolerance": None}}
+
+
+@dataclass
+class World:
+    portal: Portal
+    tokens: dict[str, str]
+    member_job: int
+    member_dataset: int
+    member_token_id: int
+    member_id: int
+    tenant_a: int
+
+    def client(self, role: str) -> httpx.Client:
+        headers = {} if role == "anonymous" else {"Authorization": f"Bearer {self.tokens[role]}"}
+        return httpx.Client(base_url=self.portal.base_url, headers=headers, timeout=30)
+
+    def new_dataset(self) -> int:
+        with self.client("member") as c:
+            resp = c.post("/api/v1/datasets", files={"file": ("d.csv", CSV, "text/csv")},
+                          data={"name": _unique("d"), "task": "classification"})
+            assert resp.status_code == 201, resp.text
+            return int(resp.json()["id"])
+
+    def new_job(self, pause: bool = False) -> int:
+        with self.client("member") as c:
+            job = c.post("/api/v1/jobs", json=JOB_SPEC).json()["id"]
+            if pause:
+                assert c.post(f"/api/v1/jobs/{job}/pause").status_code == 200
+        return int(job)
+
+
+@pytest.fixture(scope="module")
+def world(portal: Portal) -> World:
+    db = portal.db_url
+    quotas = {"max_active_jobs": 10_000, "max_queued_jobs": 10_000}
+    tokens = {
+        "member": make_user_token(db, tenant="alpha", email="m@alpha.test", **quotas),
+        "tenant_admin": make_user_token(db, tenant="alpha", email="a@alpha.test",
+                                        role=Role.tenant_admin),
+        "other_member": make_user_token(db, tenant="beta", email="m@beta.test", **quotas),
+        "other_admin": make_user_token(db, tenant="beta", email="a@beta.test",
+                                       role=Role.tenant_admin),
+        "platform_admin": make_user_token(db, tenant="platform", email="root@platform.test",
+                                          role=Role.platform_admin, **quotas),
+    }
+    with session_scope(engine_for(db)) as session:
+        member = session.execute(select(User).where(User.email == "m@alpha.test")).scalar_one()
+        token_id = session.execute(select(ApiToken.id).where(
+            ApiToken.token_hash == hash_token(tokens["member"]))).scalar_one()
+        tenant_a = session.execute(select(Tenant.id).where(Tenant.name == "alpha")).scalar_one()
+    w = World(portal, tokens, 0, 0, int(token_id), member.id or 0, int(tenant_a))
+    w.member_job = w.new_job(pause=True)
+    w.member_dataset = w.new_dataset()
+    return w
+
+
+Request = tuple[str, str, dict[str, Any] | None]  # method, path, json body
+Case = tuple[Callable[[World], Request], dict[str, int]]
+
+
+def everyone(code: int) -> dict[str, int]:
+    return dict.fromkeys(ROLES, code)
+
+
+def signed_in(code: int) -> dict[str, int]:
+    return {**everyone(code), "anonymous": 401}
+
+
+def tenant_a_job(code: int) -> dict[str, int]:
+    # Another tenant's job does not exist as far as the caller can tell.
+    return {**signed_in(code), "other_member": 404, "other_admin": 404}
+
+
+def admins(code: int) -> dict[str, int]:
+    return {**signed_in(code), "member": 403, "other_member": 403}
+
+
+def platform_only(code: int) -> dict[str, int]:
+    return {**admins(403), "platform_admin": code}
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+RULES: dict[tuple[str, str], Case] = {
+    ("POST", "/api/v1/auth/token"): (
+        lambda w: ("POST", "/api/v1/auth/token",
+                   {"email": "m@alpha.test", "password": "pw-m@alpha.test"}), everyone(201)),
+    ("POST", "/api/v1/auth/login"): (
+        lambda w: ("POST", "/api/v1/auth/login",
+                   {"email": "m@alpha.test", "password": "pw-m@alpha.test"}), everyone(200)),
+    ("POST", "/api/v1/auth/logout"): (
+        lambda w: ("POST", "/api/v1/auth/logout", None), everyone(204)),
+    ("GET", "/api/v1/auth/me"): (lambda w: ("GET", "/api/v1/auth/me", None), signed_in(200)),
+    ("GET", "/api/v1/auth/tokens"): (
+        lambda w: ("GET", "/api/v1/auth/tokens", None), signed_in(200)),
+    ("POST", "/api/v1/auth/tokens"): (
+        lambda w: ("POST", "/api/v1/auth/tokens", {"name": "matrix"}), signed_in(201)),
+    ("DELETE", "/api/v1/auth/tokens/{token_id}"): (
+        # Tokens belong to their user alone: even admins cannot revoke them.
+        lambda w: ("DELETE", f"/api/v1/auth/tokens/{w.member_token_id}", None),
+        {**signed_in(404), "member": 204}),
+    ("POST", "/api/v1/jobs"): (lambda w: ("POST", "/api/v1/jobs", JOB_SPEC), signed_in(201)),
+    ("GET", "/api/v1/jobs"): (lambda w: ("GET", "/api/v1/jobs", None), signed_in(200)),
+    ("GET", "/api/v1/jobs/{job_id}"): (
+        lambda w: ("GET", f"/api/v1/jobs/{w.member_job}", None), tenant_a_job(200)),
+    ("GET", "/api/v1/jobs/{job_id}/losses"): (
+        lambda w: ("GET", f"/api/v1/jobs/{w.member_job}/losses", None), tenant_a_job(200)),
+    ("GET", "/api/v1/jobs/{job_id}/decisions"): (
+        lambda w: ("GET", f"/api/v1/jobs/{w.member_job}/decisions", None), tenant_a_job(200)),
+    ("GET", "/api/v1/jobs/{job_id}/prediction"): (
+        lambda w: ("GET", f"/api/v1/jobs/{w.member_job}/prediction", None), tenant_a_job(200)),
+    ("GET", "/api/v1/jobs/{job_id}/stream"): (
+        lambda w: ("GET", f"/api/v1/jobs/{w.member_job}/stream", None), tenant_a_job(200)),
+    ("POST", "/api/v1/jobs/{job_id}/pause"): (
+        lambda w: ("POST", f"/api/v1/jobs/{w.new_job()}/pause", None), tenant_a_job(200)),
+    ("POST", "/api/v1/jobs/{job_id}/resume"): (
+        lambda w: ("POST", f"/api/v1/jobs/{w.new_job(pause=True)}/resume", None),
+        tenant_a_job(200)),
+    ("POST", "/api/v1/jobs/{job_id}/cancel"): (
+        lambda w: ("POST", f"/api/v1/jobs/{w.new_job()}/cancel", None), tenant_a_job(200)),
+    ("GET", "/api/v1/events"): (lambda w: ("GET", "/api/v1/events", None), signed_in(200)),
+    ("GET", "/api/v1/catalog/algorithms"): (
+        lambda w: ("GET", "/api/v1/catalog/algorithms", None), everyone(200)),
+    ("GET", "/api/v1/catalog/datasets"): (
+        lambda w: ("GET", "/api/v1/catalog/datasets", None), everyone(200)),
+    ("GET", "/api/v1/catalog/policies"): (
+        lambda w: ("GET", "/api/v1/catalog/policies", None), everyone(200)),
+    ("GET", "/api/v1/admin/tenants"): (
+        lambda w: ("GET", "/api/v1/admin/tenants", None), admins(200)),
+    ("POST", "/api/v1/admin/tenants"): (
+        lambda w: ("POST", "/api/v1/admin/tenants", {"name": _unique("t-")}),
+        platform_only(201)),
+    ("PATCH", "/api/v1/admin/tenants/{tenant_id}"): (
+        lambda w: ("PATCH", f"/api/v1/admin/tenants/{w.tenant_a}", {"share_weight": 1.0}),
+        platform_only(200)),
+    ("GET", "/api/v1/admin/users"): (lambda w: ("GET", "/api/v1/admin/users", None), admins(200)),
+    ("POST", "/api/v1/admin/users"): (
+        lambda w: ("POST", "/api/v1/admin/users",
+                   {"email": f"{_unique('u')}@alpha.test", "password": "long-password",
+                    "tenant_id": w.tenant_a}),
+        {**admins(201), "other_admin": 403}),
+    ("PATCH", "/api/v1/admin/users/{user_id}"): (
+        lambda w: ("PATCH", f"/api/v1/admin/users/{w.member_id}", {"is_active": True}),
+        {**admins(200), "other_admin": 404}),
+    ("GET", "/api/v1/admin/policy"): (
+        lambda w: ("GET", "/api/v1/admin/policy", None), admins(200)),
+    ("PUT", "/api/v1/admin/policy"): (
+        lambda w: ("PUT", "/api/v1/admin/policy", {"name": "fair"}), platform_only(200)),
+    ("GET", "/api/v1/admin/audit"): (lambda w: ("GET", "/api/v1/admin/audit", None), admins(200)),
+    ("POST", "/api/v1/datasets"): (
+        lambda w: ("POST", "/api/v1/datasets", {"__csv__": _unique("d")}), signed_in(201)),
+    ("GET", "/api/v1/datasets"): (lambda w: ("GET", "/api/v1/datasets", None), signed_in(200)),
+    ("GET", "/api/v1/datasets/{dataset_id}"): (
+        lambda w: ("GET", f"/api/v1/datasets/{w.member_dataset}", None), tenant_a_job(200)),
+    ("DELETE", "/api/v1/datasets/{dataset_id}"): (
+        lambda w: ("DELETE", f"/api/v1/datasets/{w.new_dataset()}", None), tenant_a_job(204)),
+    ("GET", "/api/v1/cluster"): (lambda w: ("GET", "/api/v1/cluster", None), signed_in(200)),
+    ("GET", "/api/v1/health"): (lambda w: ("GET", "/api/v1/health", None), everyone(200)),
+}
+
+
+def route_table() -> list[tuple[str, str]]:
+    return [(method.upper(), path) for path, ops in app.openapi()["paths"].items()
+            for method in ops]
+
+
+def test_every_route_has_a_rule() -> None:
+    missing = [r for r in route_table() if r not in RULES]
+    assert not missing, f"routes without an authorization rule: {missing}"
+    stale = [r for r in RULES if r not in route_table()]
+    assert not stale, f"rules for routes that no longer exist: {stale}"
+
+
+def _call(client: httpx.Client, method: str, path: str, body: dict[str, Any] | None) -> int:
+    if path.endswith("/stream") or path.endswith("/events"):
+        with client.stream(method, path) as resp:
+            return resp.status_code
+    if body is not None and "__csv__" in body:
+        return client.request(method, path, files={"file": ("d.csv", CSV, "text/csv")},
+                              data={"name": body["__csv__"], "task": "classification"}
+                              ).status_code
+    return client.request(method, path, json=body).status_code
+
+
+@pytest.mark.parametrize("route", sorted(RULES), ids=lambda r: f"{r[0]} {r[1]}")
+def test_route_matrix(world: World, route: tuple[str, str]) -> None:
+    build, expected = RULES[route]
+    assert set(expected) == set(ROLES)
+    got = {}
+    for role in ROLES:
+        if route == ("DELETE", "/api/v1/auth/tokens/{token_id}") and role == "member":
+            continue  # revoking would lock the member out of later checks; see below
+        method, path, body = build(world)
+        with world.client(role) as client:
+            got[role] = _call(client, method, path, body)
+    want = {r: c for r, c in expected.items() if r in got}
+    assert got == want
+
+
+def test_member_revokes_own_token_last(world: World) -> None:
+    build, expected = RULES[("DELETE", "/api/v1/auth/tokens/{token_id}")]
+    extra = make_user_token(world.portal.db_url, tenant="alpha", email="m@alpha.test")
+    method, path, _ = build(world)
+    with world.client("member") as client:
+        assert client.request(method, path).status_code == expected["member"]
+        assert client.get("/api/v1/jobs").status_code == 401, "a revoked token must stop working"
+    world.tokens["member"] = extra
+
+
+def test_admin_lists_are_scoped_to_the_tenant(world: World) -> None:
+    with world.client("other_admin") as client:
+        tenants = client.get("/api/v1/admin/tenants").json()
+        users = client.get("/api/v1/admin/users").json()
+    assert [t["name"] for t in tenants] == ["beta"]
+    assert {u["email"].split("@")[1] for u in users} == {"beta.test"}
+    with world.client("other_member") as client:
+        jobs = client.get("/api/v1/jobs").json()["items"]
+        cluster = client.get("/api/v1/cluster").json()
+    assert all(j["tenant_id"] != world.tenant_a for j in jobs)
+    shown = [e for e in cluster["running"] + cluster["queued"] if e["job_id"] is not None]
+    assert all(e["tenant_id"] != world.tenant_a for e in shown)
+
+
+def test_csrf_is_required_for_cookie_sessions(world: World) -> None:
+    with httpx.Client(base_url=world.portal.base_url) as browser:
+        me = browser.post("/api/v1/auth/login",
+                          json={"email": "m@alpha.test", "password": "pw-m@alpha.test"})
+        assert me.status_code == 200
+        cookie = me.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=lax" in cookie
+        csrf = me.json()["csrf_token"]
+        assert browser.get("/api/v1/jobs").status_code == 200
+        assert browser.post("/api/v1/jobs", json=JOB_SPEC).status_code == 403
+        assert browser.post("/api/v1/jobs", json=JOB_SPEC,
+                            headers={"X-CSRF-Token": "forged"}).status_code == 403
+        made = browser.post("/api/v1/jobs", json=JOB_SPEC, headers={"X-CSRF-Token": csrf})
+        assert made.status_code == 201
+        browser.post(f"/api/v1/jobs/{made.json()['id']}/cancel", headers={"X-CSRF-Token": csrf})
+        assert browser.post("/api/v1/auth/logout").status_code == 204
+        assert browser.get("/api/v1/jobs").status_code == 401
+
+
+def test_sign_in_is_rate_limited(world: World) -> None:
+    with httpx.Client(base_url=world.portal.base_url) as c:
+        codes = [c.post("/api/v1/auth/login", json={"email": "a@beta.test",
+                                                    "password": "guess"}).status_code
+                 for _ in range(7)]
+        assert codes[:5] == [401] * 5
+        assert codes[5:] == [429, 429]
+        right = c.post("/api/v1/auth/login",
+                       json={"email": "a@beta.test", "password": "pw-a@beta.test"})
+        assert right.status_code == 429, "the right password must wait out the lock too"
+        assert "try again" in right.json()["detail"]

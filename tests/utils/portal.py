@@ -1,0 +1,148 @@
+"""A whole portal in subprocesses (API, scheduler, Celery workers) for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from backend.db import engine_for, migrate, session_scope
+from backend.leases import Heartbeats
+from backend.models import ApiToken, Role
+from backend.redis_conn import free_port
+from backend.redis_keys import RedisKeys
+from backend.security import hash_token, new_api_token, token_display_prefix
+from backend.seed import ensure_tenant, ensure_user
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Portal:
+    base_url: str
+    db_url: str
+    redis_url: str
+    prefix: str
+    data_dir: Path
+    env: dict[str, str]
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> RedisKeys:
+        return RedisKeys(self.prefix)
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.redis_url, decode_responses=True)
+
+    def _spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> None:
+        log_path = self.data_dir / f"{name}.log"
+        self.logs[name] = log_path
+        env = dict(self.env, **(extra_env or {}))
+        self.procs[name] = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log_path.open("ab"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def start_api(self, port: int) -> None:
+        self._spawn("api", [sys.executable, "-m", "uvicorn", "backend.main:app", "--host",
+                            "127.0.0.1", "--port", str(port), "--log-level", "warning"])
+
+    def start_scheduler(self) -> None:
+        self._spawn("scheduler", [sys.executable, "-m", "backend.cli", "scheduler"])
+
+    def start_workers(self, concurrency: int, name: str = "workers") -> None:
+        self._spawn(name, [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+                           "--concurrency", str(concurrency), "--pool", "prefork", "-Q",
+                           self.keys.chunk_queue, "--loglevel", "INFO", "--without-gossip",
+                           "--without-mingle", "--without-heartbeat",
+                           "-n", f"{name}-{os.getpid()}@%h"])
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+    def wait_for_slots(self, n: int, timeout: float = 60) -> None:
+        beats = Heartbeats(self.redis(), self.keys)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(beats.alive()) >= n:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"fewer than {n} worker slots after {timeout}s; see {self.logs}")
+
+    def slot_pids(self) -> list[int]:
+        return [int(s.rsplit(":", 1)[1]) for s in Heartbeats(self.redis(), self.keys).alive()]
+
+    def log_tail(self, lines: int = 60) -> str:
+        out = []
+        for name, path in self.logs.items():
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {name} ---\n" + "\n".join(text))
+        return "\n".join(out)
+
+
+def make_user_token(db_url: str, *, tenant: str, email: str, role: Role = Role.member,
+                    **quotas: Any) -> str:
+    """A user in ``tenant`` (created if needed) and a fresh API token for them."""
+    with session_scope(engine_for(db_url)) as session:
+        t = ensure_tenant(session, tenant, **quotas)
+        user, _ = ensure_user(session, email=email, password="pw-" + email, tenant=t, role=role)
+        token = new_api_token()
+        session.add(ApiToken(user_id=user.id or 0, name="test", token_hash=hash_token(token),
+                             prefix=token_display_prefix(token)))
+        session.commit()
+    return token
+
+
+def start_portal(*, data_dir: Path, db_url: str, redis_url: str, workers: int = 2,
+                 policy: str = "fair", extra_env: dict[str, str] | None = None) -> Portal:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    migrate(db_url)
+    port = free_port()
+    prefix = f"slaqtest{os.getpid()}"
+    env = dict(os.environ)
+    env.update({
+        "DATABASE_URL": db_url, "REDIS_URL": redis_url, "REDIS_PREFIX": prefix,
+        "DATA_DIR": str(data_dir), "POLICY": policy, "ENVIRONMENT": "test",
+        "LEASE_SECONDS": "6", "HEARTBEAT_SECONDS": "1", "CHUNK_SECONDS": "0.5",
+        "SCHEDULER_TICK_SECONDS": "0.5", "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra_env or {})
+    portal = Portal(base_url=f"http://127.0.0.1:{port}", db_url=db_url, redis_url=redis_url,
+                    prefix=prefix, data_dir=data_dir, env=env)
+    portal.start_api(port)
+    portal.start_scheduler()
+    portal.start_workers(workers)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{portal.base_url}/api/v1/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            portal.stop_all()
+            raise TimeoutError("API did not start:\n" + portal.log_tail())
+        time.sleep(0.2)
+    portal.wait_for_slots(workers)
+    return portal
