@@ -1,0 +1,283 @@
+// Cluster page: samples GET /api/v1/cluster every 2 s and draws slot
+// occupancy over time (stacked by job or tenant), the aggregate normalised
+// loss, the queue, live workers and the policy in force. Samples are kept
+// in sessionStorage so leaving the page and coming back keeps the history.
+
+import { api } from "../api.js";
+import { $, clear, formatLoss, h, notice, statusBadge } from "../dom.js";
+import { startPage } from "../layout.js";
+
+const SAMPLE_MS = 2000;
+const KEEP = 900; // 30 minutes at one sample per 2 s
+const STORE = "slaq.cluster.samples.v1";
+const OTHER = "other tenants";
+
+let samples = [];
+let groupBy = "job";
+let failures = 0;
+let me = null;
+
+function storeKey() {
+  return `${STORE}.${me ? me.id : 0}`;
+}
+
+function loadStored() {
+  try {
+    const raw = JSON.parse(window.sessionStorage.getItem(storeKey()) || "[]");
+    return Array.isArray(raw) ? raw.filter((s) => Date.now() - s.t < KEEP * SAMPLE_MS * 1.5) : [];
+  } catch {
+    return [];
+  }
+}
+
+function store() {
+  try {
+    window.sessionStorage.setItem(storeKey(), JSON.stringify(samples));
+  } catch {
+    // Storage full or disabled: history just won't survive a reload.
+  }
+}
+
+/** The compact sample we keep: time, slots, who runs, the loss figure. */
+function compact(c) {
+  return {
+    t: Date.now(),
+    total: c.total_slots,
+    busy: c.busy_slots,
+    loss: c.avg_norm_loss,
+    running: (c.running || []).map((r) => ({
+      job: r.job_id,
+      name: r.name,
+      tenant: r.tenant_name || OTHER,
+    })),
+  };
+}
+
+function keyOf(r) {
+  if (groupBy === "tenant") return r.job === null ? OTHER : r.tenant;
+  if (r.job === null) return OTHER;
+  return `${r.tenant} / #${r.job} ${r.name || ""}`.trim();
+}
+
+function drawOccupancy() {
+  const keys = [];
+  const seen = new Set();
+  for (const s of samples) {
+    for (const r of s.running) {
+      const k = keyOf(r);
+      if (!seen.has(k)) {
+        seen.add(k);
+        keys.push(k);
+      }
+    }
+  }
+  const x = samples.map((s) => new Date(s.t));
+  const traces = keys.map((k) => ({
+    x,
+    y: samples.map((s) => s.running.filter((r) => keyOf(r) === k).length),
+    name: k,
+    type: "scatter",
+    mode: "lines",
+    stackgroup: "slots",
+    line: { width: 0.5, shape: "hv" },
+    hovertemplate: "%{y} slot(s)<extra>%{fullData.name}</extra>",
+  }));
+  traces.push({
+    x,
+    y: samples.map((s) => s.total),
+    name: "Live slots",
+    type: "scatter",
+    mode: "lines",
+    line: { color: "#1b1f24", dash: "dot", width: 1.5, shape: "hv" },
+  });
+  Plotly.react("occupancy-chart", traces, {
+    uirevision: `occupancy-${groupBy}`,
+    margin: { l: 48, r: 16, t: 32, b: 40 },
+    xaxis: { type: "date", automargin: true, nticks: window.innerWidth < 600 ? 4 : 10 },
+    yaxis: { title: { text: "Slots" }, rangemode: "tozero", dtick: 1, tickformat: "d", automargin: true },
+    legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
+    showlegend: true,
+    hovermode: "x unified",
+    paper_bgcolor: "#fff",
+    plot_bgcolor: "#fff",
+    font: { family: "system-ui, sans-serif", size: 12 },
+  }, { responsive: true, displaylogo: false });
+}
+
+function drawLoss() {
+  Plotly.react("loss-chart", [{
+    x: samples.map((s) => new Date(s.t)),
+    y: samples.map((s) => s.loss),
+    type: "scatter",
+    mode: "lines",
+    name: "Mean normalised loss",
+    line: { color: "#0b5cad", width: 2 },
+    connectgaps: false,
+  }], {
+    uirevision: "loss",
+    margin: { l: 48, r: 16, t: 8, b: 40 },
+    xaxis: { type: "date", automargin: true, nticks: window.innerWidth < 600 ? 4 : 10 },
+    yaxis: { title: { text: "Loss / first loss" }, rangemode: "tozero", automargin: true },
+    hovermode: "x unified",
+    paper_bgcolor: "#fff",
+    plot_bgcolor: "#fff",
+    font: { family: "system-ui, sans-serif", size: 12 },
+  }, { responsive: true, displaylogo: false });
+}
+
+function jobLink(entry) {
+  if (entry.job_id === null) return h("span", { class: "subtle" }, "another tenant's job");
+  return h("a", { href: `/jobs/${entry.job_id}` }, entry.name || `Job #${entry.job_id}`);
+}
+
+function table(caption, headers, rows, empty) {
+  if (!rows.length) return h("p", { class: "subtle" }, empty);
+  return h(
+    "div",
+    { class: "table-wrap" },
+    h(
+      "table",
+      {},
+      h("caption", { class: "visually-hidden" }, caption),
+      h("thead", {}, h("tr", {}, headers.map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, rows),
+    ),
+  );
+}
+
+function renderNow(c) {
+  const stat = (label, value, testid) =>
+    h("div", {}, h("dt", {}, label), h("dd", { "data-testid": testid }, value));
+  clear(
+    $("#cluster-stats"),
+    stat("Policy", c.policy, "policy"),
+    stat("Busy slots", `${c.busy_slots} of ${c.total_slots}`, "slots"),
+    stat("Waiting jobs", String((c.queued || []).length), "queued-count"),
+    stat("Mean normalised loss", c.avg_norm_loss === null ? "—" : formatLoss(c.avg_norm_loss), "avg-loss"),
+  );
+  clear(
+    $("#running-list"),
+    table(
+      "Jobs holding a slot",
+      ["Job", "Tenant", "Status"],
+      (c.running || []).map((r) =>
+        h("tr", {}, h("td", {}, jobLink(r)), h("td", {}, r.tenant_name || "—"), h("td", {}, statusBadge(r.status))),
+      ),
+      "No job is running.",
+    ),
+  );
+  clear(
+    $("#queue-list"),
+    table(
+      "Jobs waiting for a slot, first in line first",
+      ["#", "Job", "Tenant", "Why it waits"],
+      (c.queued || []).map((q) =>
+        h(
+          "tr",
+          {},
+          h("td", { class: "num" }, String(q.position)),
+          h("td", {}, jobLink(q)),
+          h("td", {}, q.tenant_name || "—"),
+          h("td", { class: "reason" }, q.reason || (q.job_id === null ? "—" : "waiting for a free slot")),
+        ),
+      ),
+      "The queue is empty.",
+    ),
+  );
+  const workers = c.workers || [];
+  clear(
+    $("#workers-list"),
+    workers.length
+      ? h("ul", { class: "mono small", id: "workers" }, workers.map((w) => h("li", {}, w)))
+      : notice("warn", "No live worker: jobs will wait until a worker starts."),
+  );
+  const sched = c.scheduler || {};
+  $("#scheduler-note").textContent = sched.at
+    ? `Last scheduling round ${Math.max(0, Math.round(Date.now() / 1000 - sched.at))} s ago: ${sched.runnable ?? "?"} runnable, ${sched.granted ?? "?"} granted, ${sched.free_slots ?? "?"} free slot(s).`
+    : "The scheduler has not reported a round yet.";
+}
+
+function setLive(ok, message) {
+  const el = $("#cluster-live");
+  el.dataset.state = ok ? "live" : "polling";
+  el.textContent = ok ? "Live · every 2 s" : message;
+}
+
+async function sample() {
+  try {
+    const c = await api("/api/v1/cluster");
+    failures = 0;
+    samples.push(compact(c));
+    if (samples.length > KEEP) samples.splice(0, samples.length - KEEP);
+    store();
+    renderNow(c);
+    drawOccupancy();
+    drawLoss();
+    setLive(true);
+    if ($("#cluster-error")) $("#cluster-error").remove();
+  } catch (err) {
+    failures += 1;
+    setLive(false, "Retrying…");
+    if (!$("#cluster-error")) {
+      $("#cluster-root").prepend(h("div", { id: "cluster-error" }));
+    }
+    clear($("#cluster-error"), notice("error", `Could not read the cluster (${err.message}); retrying.`));
+  }
+  setTimeout(sample, failures ? Math.min(SAMPLE_MS * 2 ** failures, 30000) : SAMPLE_MS);
+}
+
+function skeleton() {
+  const group = h(
+    "select",
+    { id: "group-by" },
+    h("option", { value: "job" }, "by job"),
+    h("option", { value: "tenant" }, "by tenant"),
+  );
+  group.addEventListener("change", () => {
+    groupBy = group.value;
+    drawOccupancy();
+  });
+  const isAdmin = me && me.role === "platform_admin";
+  clear(
+    $("#cluster-root"),
+    h("section", { class: "panel", "aria-label": "Now" }, h("dl", { class: "stats", id: "cluster-stats" }),
+      h("p", { class: "small subtle", id: "scheduler-note" })),
+    h(
+      "section",
+      { class: "panel", "aria-labelledby": "occ-title" },
+      h("div", { class: "page-head" }, h("h2", { id: "occ-title" }, "Slot occupancy"),
+        h("div", { class: "field" }, h("label", { for: "group-by", class: "visually-hidden" }, "Group slots"), group)),
+      h("div", { id: "occupancy-chart", class: "chart", role: "img", "aria-label": "Busy slots over time, stacked by job or tenant" }),
+      h("p", { class: "small subtle" }, isAdmin
+        ? "Sampled by this page every 2 s while it is open."
+        : "Sampled by this page every 2 s while it is open. Other tenants' jobs are grouped as “other tenants”."),
+    ),
+    h(
+      "section",
+      { class: "panel", "aria-labelledby": "loss-title" },
+      h("h2", { id: "loss-title" }, "Mean normalised loss of active jobs"),
+      h("div", { id: "loss-chart", class: "chart-small", role: "img", "aria-label": "Mean loss relative to first loss over time" }),
+      h("p", { class: "small subtle" }, "Each running or waiting job's current loss divided by its first loss, averaged (a job without losses counts as 1)."),
+    ),
+    h(
+      "div",
+      { class: "grid-2" },
+      h("section", { class: "panel", "aria-labelledby": "run-title" }, h("h2", { id: "run-title" }, "Running"), h("div", { id: "running-list" })),
+      h("section", { class: "panel", "aria-labelledby": "queue-title" }, h("h2", { id: "queue-title" }, "Queue"), h("div", { id: "queue-list" })),
+    ),
+    h("section", { class: "panel", "aria-labelledby": "workers-title" }, h("h2", { id: "workers-title" }, "Live workers"), h("div", { id: "workers-list" })),
+  );
+}
+
+async function main() {
+  me = await startPage("cluster");
+  if (typeof Plotly === "undefined") {
+    clear($("#cluster-root"), notice("error", "The chart library did not load."));
+    return;
+  }
+  samples = loadStored();
+  skeleton();
+  sample();
+}
+
+main();

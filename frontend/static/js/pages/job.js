@@ -1,0 +1,637 @@
+// Job page: a live loss chart (history, then SSE points appended with
+// Plotly.extendTraces; the user's zoom survives thanks to uirevision), the
+// predicted curve with its band, a running-vs-waiting timeline, the
+// scheduler's reason, controls, downloads and the job's error.
+
+import { api, ApiError } from "../api.js";
+import {
+  $,
+  clear,
+  download,
+  formatDuration,
+  formatLoss,
+  formatNumber,
+  formatTime,
+  h,
+  jobTitle,
+  notice,
+  parseTime,
+  progressBar,
+  statusBadge,
+  TERMINAL,
+  throttle,
+} from "../dom.js";
+import { startPage } from "../layout.js";
+import { showState, subscribe } from "../live.js";
+
+const JOB_ID = Number(window.location.pathname.split("/").filter(Boolean)[1]);
+const HISTORY_POINTS = 2000;
+const MAX_CHART_POINTS = 20000;
+const DOWNLOAD_POINTS = 100000;
+const POLL_MS = 10000;
+
+// Latency probe for tests/bench: one sample per live point, browser wall time.
+window.__slaqLatency = [];
+window.__slaqStreamOpenedAt = null;
+
+const state = {
+  job: null,
+  xs: [],
+  ys: [],
+  lastIteration: 0,
+  stream: null,
+  events: null,
+  chartReady: false,
+  logScale: false,
+  showPrediction: true,
+  decisions: [],
+};
+
+const TRACE = { loss: 0, low: 1, high: 2, predicted: 3 };
+
+// ---- rendering the page frame ----
+
+function skeleton(root) {
+  const logToggle = h("input", { type: "checkbox", id: "log-scale" });
+  const predToggle = h("input", { type: "checkbox", id: "show-prediction", checked: true });
+  logToggle.addEventListener("change", () => {
+    state.logScale = logToggle.checked;
+    Plotly.relayout("loss-chart", { "yaxis.type": state.logScale ? "log" : "linear" });
+  });
+  predToggle.addEventListener("change", () => {
+    state.showPrediction = predToggle.checked;
+    Plotly.restyle("loss-chart", { visible: state.showPrediction }, [
+      TRACE.low,
+      TRACE.high,
+      TRACE.predicted,
+    ]);
+  });
+  clear(
+    root,
+    h(
+      "div",
+      { class: "page-head" },
+      h("h1", { id: "job-title" }),
+      h(
+        "div",
+        { class: "btn-row", role: "group", "aria-label": "Job controls" },
+        h("button", { type: "button", class: "btn", id: "btn-pause", onClick: () => control("pause") }, "Pause"),
+        h("button", { type: "button", class: "btn", id: "btn-resume", onClick: () => control("resume") }, "Resume"),
+        h("button", { type: "button", class: "btn btn-danger", id: "btn-cancel", onClick: () => control("cancel") }, "Cancel"),
+        h("a", { class: "btn", href: `/submit?clone=${JOB_ID}`, id: "btn-clone" }, "Clone"),
+      ),
+    ),
+    h("div", { id: "control-message", "aria-live": "polite" }),
+    h("div", { id: "job-outcome" }),
+    h("div", { id: "scheduler-reason" }),
+    h("section", { class: "panel", "aria-labelledby": "stats-title" },
+      h("h2", { id: "stats-title", class: "visually-hidden" }, "Progress"),
+      h("dl", { class: "stats", id: "job-stats" })),
+    h(
+      "section",
+      { class: "panel", "aria-labelledby": "chart-title" },
+      h(
+        "div",
+        { class: "page-head" },
+        h("h2", { id: "chart-title" }, "Loss"),
+        h("span", { class: "live-dot", id: "stream-live", "data-state": "off" }, "Not live"),
+      ),
+      h(
+        "div",
+        { class: "chart-tools" },
+        h("label", { class: "inline-check", for: "log-scale" }, logToggle, "Log scale"),
+        h("label", { class: "inline-check", for: "show-prediction" }, predToggle, "Show prediction"),
+        h(
+          "div",
+          { class: "btn-row" },
+          h("button", { type: "button", class: "btn btn-quiet", id: "download-csv", onClick: () => downloadHistory("csv") }, "Download CSV"),
+          h("button", { type: "button", class: "btn btn-quiet", id: "download-json", onClick: () => downloadHistory("json") }, "Download JSON"),
+        ),
+      ),
+      h("div", { id: "loss-chart", class: "chart", role: "img", "aria-label": "Loss by iteration, with the predicted curve" }),
+      h("p", { id: "chart-note", class: "small subtle", "aria-live": "polite" }),
+      h("p", { id: "prediction-note", class: "small subtle" }),
+    ),
+    h(
+      "section",
+      { class: "panel", "aria-labelledby": "timeline-title" },
+      h("h2", { id: "timeline-title" }, "Running and waiting"),
+      h("div", { id: "timeline-chart", class: "chart-small", role: "img", "aria-label": "When the job ran and when it waited" }),
+      h("p", { class: "small subtle", id: "timeline-note" }),
+    ),
+    h(
+      "div",
+      { class: "grid-2" },
+      h("section", { class: "panel", "aria-labelledby": "spec-title" },
+        h("h2", { id: "spec-title" }, "Specification"), h("dl", { class: "kv", id: "job-spec" })),
+      h("section", { class: "panel", "aria-labelledby": "decisions-title" },
+        h("h2", { id: "decisions-title" }, "Scheduler decisions"), h("div", { id: "job-decisions" })),
+    ),
+  );
+}
+
+function renderJob() {
+  const job = state.job;
+  document.title = `${jobTitle(job)} · SLAQ portal`;
+  clear($("#job-title"), jobTitle(job), " ", statusBadge(job.status));
+  $("#job-title").dataset.status = job.status;
+  $("#btn-pause").disabled = !["queued", "running"].includes(job.status);
+  $("#btn-resume").disabled = job.status !== "paused";
+  $("#btn-cancel").disabled = TERMINAL.has(job.status);
+
+  const outcome = $("#job-outcome");
+  if (job.status === "failed") {
+    clear(
+      outcome,
+      notice(
+        "error",
+        h("strong", {}, "The job failed. "),
+        h("span", { "data-testid": "job-error" }, job.end_reason || "no reason recorded"),
+        job.error && job.error !== job.end_reason ? h("pre", { class: "mono small" }, job.error) : null,
+      ),
+    );
+  } else if (job.status === "completed" || job.status === "cancelled") {
+    clear(outcome, notice(job.status === "completed" ? "success" : "info",
+      h("strong", {}, job.status === "completed" ? "Finished: " : "Stopped: "),
+      job.end_reason || job.status, ". The loss history is kept."));
+  } else {
+    clear(outcome);
+  }
+
+  const reasonBox = $("#scheduler-reason");
+  let reasonText = null;
+  if (job.status === "queued") {
+    reasonText = [
+      h("strong", {}, job.queue_position ? `Waiting: #${job.queue_position} in the queue. ` : "Waiting for a slot. "),
+      job.scheduler_reason || "The scheduler has not granted it a slot yet.",
+    ];
+  } else if (job.status === "running") {
+    reasonText = [h("strong", {}, "Running. "), job.scheduler_reason ? `Scheduler: ${job.scheduler_reason}` : ""];
+  } else if (job.status === "paused") {
+    reasonText = [h("strong", {}, "Paused. "), "It keeps its checkpoint; resume to put it back in the queue."];
+  }
+  if (reasonText) clear(reasonBox, h("div", { class: "notice notice-info", "data-testid": "scheduler-reason" }, reasonText));
+  else clear(reasonBox);
+
+  const stat = (label, value, testid, cls) =>
+    h("div", { class: cls }, h("dt", {}, label), h("dd", testid ? { "data-testid": testid } : {}, value));
+  clear(
+    $("#job-stats"),
+    stat("Progress", progressBar(job), null, "wide"),
+    stat("Iterations", formatNumber(job.iterations_done), "iterations"),
+    stat("Current loss", formatLoss(job.current_loss), "current-loss"),
+    stat("Best loss", formatLoss(job.best_loss), "best-loss"),
+    stat("First loss", formatLoss(job.initial_loss)),
+    stat("Training time", formatDuration(job.elapsed_seconds)),
+    stat("Chunks run", formatNumber(job.chunks_run)),
+    stat("Predicted gain", job.predicted_gain === null ? "—" : formatLoss(job.predicted_gain)),
+  );
+
+  const kv = [];
+  const add = (k, v) => kv.push(h("dt", {}, k), h("dd", {}, v));
+  add("Job", `#${job.id}`);
+  add("Algorithm", job.algorithm);
+  add("Dataset", job.dataset);
+  add("Parameters", paramText(job.params));
+  if (Object.keys(job.dataset_params || {}).length) add("Dataset parameters", paramText(job.dataset_params));
+  add("Seed", String(job.seed));
+  const s = job.stopping;
+  add(
+    "Stopping",
+    [
+      `at most ${formatNumber(s.max_iterations)} iterations`,
+      s.target_loss !== null ? `loss ≤ ${s.target_loss}` : null,
+      s.tolerance !== null ? `relative change < ${s.tolerance} over ${s.window} iterations` : "no convergence test",
+    ].filter(Boolean).join("; "),
+  );
+  add("Submitted", formatTime(job.created_at));
+  add("Started", formatTime(job.started_at));
+  add("Finished", formatTime(job.finished_at));
+  clear($("#job-spec"), kv);
+}
+
+function paramText(params) {
+  const entries = Object.entries(params || {});
+  if (!entries.length) return "defaults";
+  return h("span", { class: "mono" }, entries.map(([k, v]) => `${k}=${v}`).join(", "));
+}
+
+// ---- the loss chart ----
+
+// Shown in place of empty axes until the first loss point arrives.
+const EMPTY_NOTE = [{ text: "No loss points yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { size: 14, color: "#56606b" } }];
+
+function chartLayout() {
+  const empty = state.xs.length === 0;
+  return {
+    annotations: empty ? EMPTY_NOTE : [],
+    uirevision: `job-${JOB_ID}`,
+    margin: { l: 56, r: 16, t: 32, b: 44 },
+    xaxis: { title: { text: "Iteration" }, rangemode: "tozero", zeroline: false, automargin: true, visible: !empty },
+    yaxis: { title: { text: "Loss" }, type: state.logScale ? "log" : "linear", zeroline: false, automargin: true, visible: !empty },
+    legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
+    hovermode: "x unified",
+    showlegend: true,
+    paper_bgcolor: "#fff",
+    plot_bgcolor: "#fff",
+    font: { family: "system-ui, sans-serif", size: 12 },
+  };
+}
+
+function drawChart() {
+  // Losses that fall by orders of magnitude read better on a log axis.
+  const positive = state.ys.filter((y) => y > 0);
+  if (positive.length > 10 && positive.length === state.ys.length
+      && Math.max(...positive) / Math.min(...positive) > 30) {
+    state.logScale = true;
+    $("#log-scale").checked = true;
+  }
+  const visible = state.showPrediction;
+  const traces = [
+    { x: state.xs.slice(), y: state.ys.slice(), type: "scatter", mode: "lines", name: "Loss", line: { color: "#0b5cad", width: 2 } },
+    { x: [], y: [], type: "scatter", mode: "lines", line: { width: 0 }, hoverinfo: "skip", showlegend: false, visible, name: "low" },
+    { x: [], y: [], type: "scatter", mode: "lines", line: { width: 0 }, fill: "tonexty", fillcolor: "rgba(214,126,0,0.18)", hoverinfo: "skip", name: "Prediction band", visible },
+    { x: [], y: [], type: "scatter", mode: "lines", name: "Predicted", line: { color: "#b35f00", dash: "dash", width: 2 }, visible },
+  ];
+  Plotly.newPlot("loss-chart", traces, chartLayout(), { responsive: true, displaylogo: false });
+  state.chartReady = true;
+}
+
+function chartNote() {
+  const n = state.xs.length;
+  const note = n
+    ? `${formatNumber(n)} points shown, up to iteration ${formatNumber(state.lastIteration)}.`
+    : TERMINAL.has(state.job.status)
+      ? "This job recorded no loss points."
+      : "No loss points yet: the chart fills in as soon as the job runs.";
+  $("#chart-note").textContent = note;
+}
+
+function appendPoints(points) {
+  const now = Date.now();
+  const fresh = points.filter(([iteration]) => iteration > state.lastIteration);
+  if (!fresh.length) return;
+  const xs = fresh.map((p) => p[0]);
+  const ys = fresh.map((p) => p[1]);
+  for (const x of xs) window.__slaqLatency.push({ job_id: JOB_ID, iteration: x, at: now });
+  if (window.__slaqLatency.length > 50000) window.__slaqLatency.splice(0, 10000);
+  if (state.xs.length === 0) {
+    Plotly.relayout("loss-chart", { "xaxis.visible": true, "yaxis.visible": true, annotations: [] });
+  }
+  state.xs.push(...xs);
+  state.ys.push(...ys);
+  state.lastIteration = xs[xs.length - 1];
+  if (state.xs.length > MAX_CHART_POINTS) {
+    decimate();
+    Plotly.restyle("loss-chart", { x: [state.xs.slice()], y: [state.ys.slice()] }, [TRACE.loss]);
+  } else {
+    Plotly.extendTraces("loss-chart", { x: [xs], y: [ys] }, [TRACE.loss]);
+  }
+  chartNote();
+  liveStats(fresh[fresh.length - 1]);
+  refreshPrediction();
+}
+
+// Halve the stored points, keeping each pair's lower loss (the curve's shape
+// and its best values survive); the newest point is always kept.
+function decimate() {
+  const xs = [];
+  const ys = [];
+  const n = state.xs.length - 1;
+  for (let i = 0; i < n; i += 2) {
+    const j = i + 1 < n && state.ys[i + 1] < state.ys[i] ? i + 1 : i;
+    xs.push(state.xs[j]);
+    ys.push(state.ys[j]);
+  }
+  xs.push(state.xs[n]);
+  ys.push(state.ys[n]);
+  state.xs = xs;
+  state.ys = ys;
+}
+
+// Between job refreshes, keep the headline numbers in step with the stream.
+function liveStats([iteration, loss]) {
+  const job = state.job;
+  if (!job || iteration <= job.iterations_done) return;
+  job.iterations_done = iteration;
+  job.current_loss = loss;
+  job.best_loss = job.best_loss === null ? loss : Math.min(job.best_loss, loss);
+  job.progress = Math.min(iteration / job.stopping.max_iterations, 1);
+  $("[data-testid=iterations]").textContent = formatNumber(iteration);
+  $("[data-testid=current-loss]").textContent = formatLoss(loss);
+  $("[data-testid=best-loss]").textContent = formatLoss(job.best_loss);
+  const bar = $("#job-stats .progress");
+  if (bar) bar.replaceWith(progressBar(job));
+}
+
+const refreshPrediction = throttle(loadPrediction, 4000);
+
+async function loadPrediction() {
+  const note = $("#prediction-note");
+  if (TERMINAL.has(state.job.status)) {
+    note.textContent = "The job has ended, so there is nothing left to predict.";
+    Plotly.restyle("loss-chart", { x: [[], [], []], y: [[], [], []] }, [TRACE.low, TRACE.high, TRACE.predicted]);
+    return;
+  }
+  let prediction;
+  try {
+    prediction = await api(`/api/v1/jobs/${JOB_ID}/prediction`);
+  } catch (err) {
+    note.textContent =
+      err instanceof ApiError && err.status === 404
+        ? "No prediction is available for this job."
+        : `The prediction could not be loaded (${err.message}).`;
+    return;
+  }
+  const pts = prediction.points || [];
+  if (!pts.length) {
+    note.textContent = "The predicted curve appears once the job has a few loss points.";
+  } else {
+    const last = pts[pts.length - 1];
+    note.textContent = `Predicted loss at iteration ${formatNumber(last.iteration)}: ${formatLoss(last.loss)} (band ${formatLoss(last.low)} – ${formatLoss(last.high)}).`;
+  }
+  const xs = pts.map((p) => p.iteration);
+  Plotly.restyle(
+    "loss-chart",
+    { x: [xs, xs, xs], y: [pts.map((p) => p.low), pts.map((p) => p.high), pts.map((p) => p.loss)] },
+    [TRACE.low, TRACE.high, TRACE.predicted],
+  );
+}
+
+async function loadHistory() {
+  const history = await api(`/api/v1/jobs/${JOB_ID}/losses?max_points=${HISTORY_POINTS}`);
+  state.xs = history.iterations.slice();
+  state.ys = history.losses.slice();
+  state.lastIteration = state.xs.length ? state.xs[state.xs.length - 1] : 0;
+}
+
+function openStream() {
+  if (state.stream || TERMINAL.has(state.job.status)) return;
+  state.stream = subscribe(
+    () => `/api/v1/jobs/${JOB_ID}/stream?after_iteration=${state.lastIteration}`,
+    { points: (data) => appendPoints(data.points || []) },
+    (s) => {
+      if (s === "live" && window.__slaqStreamOpenedAt === null) window.__slaqStreamOpenedAt = Date.now();
+      showState($("#stream-live"), s);
+    },
+  );
+}
+
+function closeStream() {
+  if (!state.stream) return;
+  state.stream.close();
+  state.stream = null;
+  const el = $("#stream-live");
+  el.dataset.state = "off";
+  el.textContent = "Finished";
+}
+
+// ---- running vs waiting ----
+
+const refreshDecisions = throttle(loadDecisions, 3000);
+
+async function loadDecisions() {
+  try {
+    state.decisions = await api(`/api/v1/jobs/${JOB_ID}/decisions?limit=500`);
+  } catch (err) {
+    clear($("#job-decisions"), notice("error", `Could not load decisions: ${err.message}`));
+    return;
+  }
+  renderDecisions();
+  drawTimeline();
+}
+
+function renderDecisions() {
+  const list = state.decisions.slice(0, 10);
+  if (!list.length) {
+    clear($("#job-decisions"), h("p", { class: "subtle" }, "No slot granted yet."));
+    return;
+  }
+  clear(
+    $("#job-decisions"),
+    h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        { class: "cards" },
+        h("caption", { class: "visually-hidden" }, "Most recent grants first"),
+        h("thead", {}, h("tr", {}, ["When", "Chunk", "Iterations", "Reason"].map((c) => h("th", { scope: "col" }, c)))),
+        h(
+          "tbody",
+          {},
+          list.map((d) =>
+            h(
+              "tr",
+              {},
+              h("td", { class: "nowrap", "data-label": "When" }, parseTime(d.created_at).toLocaleTimeString()),
+              h("td", { class: "num", "data-label": "Chunk" }, String(d.chunk_seq)),
+              h("td", { class: "num", "data-label": "Iterations" }, formatNumber(d.iterations)),
+              h("td", { class: "reason", "data-label": "Reason", title: `policy ${d.policy}` }, d.reason),
+            ),
+          ),
+        ),
+      ),
+    ),
+    state.decisions.length > list.length
+      ? h("p", { class: "small subtle" }, `${list.length} of ${state.decisions.length} shown.`)
+      : null,
+  );
+}
+
+/**
+ * Shade when the job ran (a grant's start plus its iterations at the job's
+ * measured seconds per iteration, cut at the next grant) against the span
+ * it existed; the rest is waiting (or paused). Approximate by design.
+ */
+function drawTimeline() {
+  const job = state.job;
+  const start = parseTime(job.created_at).getTime();
+  const end = job.finished_at ? parseTime(job.finished_at).getTime() : Date.now();
+  const perIteration = job.iterations_done > 0 ? job.elapsed_seconds / job.iterations_done : 0.001;
+  const grants = state.decisions
+    .map((d) => ({ at: parseTime(d.created_at).getTime(), d }))
+    .sort((a, b) => a.at - b.at);
+  const shapes = [
+    { type: "rect", xref: "x", yref: "paper", x0: new Date(start), x1: new Date(end), y0: 0, y1: 1, fillcolor: "rgba(210,153,34,0.28)", line: { width: 0 }, layer: "below" },
+  ];
+  let ran = 0;
+  grants.forEach((g, i) => {
+    const next = i + 1 < grants.length ? grants[i + 1].at : end;
+    const stop = Math.min(g.at + Math.max(g.d.iterations * perIteration * 1000, 150), next, end);
+    if (stop <= g.at) return;
+    ran += stop - g.at;
+    shapes.push({ type: "rect", xref: "x", yref: "paper", x0: new Date(g.at), x1: new Date(stop), y0: 0, y1: 1, fillcolor: "rgba(46,164,79,0.85)", line: { width: 0 } });
+  });
+  const traces = [
+    { x: [null], y: [null], type: "scatter", mode: "markers", marker: { color: "rgba(46,164,79,0.85)", symbol: "square", size: 12 }, name: "Running" },
+    { x: [null], y: [null], type: "scatter", mode: "markers", marker: { color: "rgba(210,153,34,0.5)", symbol: "square", size: 12 }, name: "Waiting or paused" },
+    {
+      x: grants.map((g) => new Date(g.at)),
+      y: grants.map(() => 0.5),
+      type: "scatter",
+      mode: "markers",
+      marker: { color: "#1b1f24", size: 5, symbol: "line-ns-open" },
+      name: "Grant",
+      text: grants.map((g) => `chunk ${g.d.chunk_seq}: ${g.d.iterations} iterations — ${g.d.reason}`),
+      hoverinfo: "text+x",
+      showlegend: false,
+    },
+  ];
+  const layout = {
+    uirevision: `timeline-${JOB_ID}`,
+    margin: { l: 16, r: 16, t: 28, b: 32 },
+    xaxis: { type: "date", range: [new Date(start), new Date(end)], automargin: true, nticks: window.innerWidth < 600 ? 3 : 8, tickangle: 0 },
+    yaxis: { visible: false, range: [0, 1], fixedrange: true },
+    shapes,
+    legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
+    paper_bgcolor: "#fff",
+    plot_bgcolor: "#fff",
+    font: { family: "system-ui, sans-serif", size: 12 },
+  };
+  Plotly.react("timeline-chart", traces, layout, { responsive: true, displaylogo: false });
+  const total = Math.max(end - start, 1);
+  $("#timeline-note").textContent = grants.length
+    ? `Approximate: ran about ${Math.round((100 * ran) / total)}% of the ${formatDuration(total / 1000)} since submission, over ${grants.length} grant${grants.length === 1 ? "" : "s"}${state.decisions.length >= 500 ? " (latest 500 shown)" : ""}.`
+    : "Not granted a slot yet: the job has been waiting since it was submitted.";
+}
+
+// ---- controls, downloads, refreshes ----
+
+async function control(action) {
+  if (action === "cancel" && !window.confirm("Cancel this job for good? Its loss history is kept.")) return;
+  const message = $("#control-message");
+  const buttons = ["#btn-pause", "#btn-resume", "#btn-cancel"].map((s) => $(s));
+  buttons.forEach((b) => { b.disabled = true; });
+  try {
+    state.job = await api(`/api/v1/jobs/${JOB_ID}/${action}`, { method: "POST" });
+    const done = { pause: "paused", resume: "resumed and queued", cancel: "cancelled" }[action];
+    clear(message, notice("success", `Job ${done}.`));
+  } catch (err) {
+    clear(message, notice("error", `Could not ${action} the job: ${err.message}`));
+    await refreshJob();
+    return;
+  }
+  renderJob();
+  afterStatusChange();
+}
+
+function afterStatusChange() {
+  if (TERMINAL.has(state.job.status)) {
+    // Pick up the last points the stream may not have sent yet, then stop.
+    setTimeout(async () => {
+      if (state.stream) {
+        try {
+          await catchUp();
+        } finally {
+          closeStream();
+        }
+      }
+    }, 1000);
+  } else {
+    openStream();
+  }
+  refreshDecisions();
+}
+
+async function catchUp() {
+  const history = await api(`/api/v1/jobs/${JOB_ID}/losses?max_points=${HISTORY_POINTS}`);
+  const missing = [];
+  history.iterations.forEach((it, i) => {
+    if (it > state.lastIteration) missing.push([it, history.losses[i]]);
+  });
+  if (missing.length) appendPoints(missing);
+}
+
+async function refreshJob() {
+  try {
+    state.job = await api(`/api/v1/jobs/${JOB_ID}`);
+  } catch (err) {
+    clear($("#control-message"), notice("error", `Could not refresh the job: ${err.message}`));
+    return;
+  }
+  renderJob();
+  chartNote();
+  afterStatusChange();
+}
+
+const refreshJobSoon = throttle(refreshJob, 700);
+
+async function downloadHistory(kind) {
+  const message = $("#control-message");
+  let history;
+  try {
+    history = await api(`/api/v1/jobs/${JOB_ID}/losses?max_points=${DOWNLOAD_POINTS}`);
+  } catch (err) {
+    clear(message, notice("error", `Could not download the loss history: ${err.message}`));
+    return;
+  }
+  const base = `job-${JOB_ID}-losses`;
+  if (kind === "csv") {
+    const lines = ["iteration,loss", ...history.iterations.map((it, i) => `${it},${history.losses[i]}`)];
+    download(`${base}.csv`, `${lines.join("\n")}\n`, "text/csv");
+  } else {
+    const job = state.job;
+    const doc = {
+      job_id: JOB_ID,
+      name: job.name,
+      algorithm: job.algorithm,
+      dataset: job.dataset,
+      total_points: history.total_points,
+      downsampled: history.downsampled,
+      points: history.iterations.map((it, i) => ({ iteration: it, loss: history.losses[i] })),
+    };
+    download(`${base}.json`, JSON.stringify(doc, null, 2), "application/json");
+  }
+  if (history.downsampled) {
+    clear(message, notice("info", `The history has ${formatNumber(history.total_points)} points; the download holds a downsample of ${formatNumber(history.iterations.length)}.`));
+  }
+}
+
+async function main() {
+  await startPage("jobs");
+  const root = $("#job-root");
+  if (!Number.isInteger(JOB_ID) || JOB_ID <= 0) {
+    clear(root, notice("error", "That is not a job address."), h("a", { href: "/jobs" }, "Back to jobs"));
+    return;
+  }
+  try {
+    state.job = await api(`/api/v1/jobs/${JOB_ID}`);
+    await loadHistory();
+  } catch (err) {
+    const text = err instanceof ApiError && err.status === 404
+      ? `Job ${JOB_ID} does not exist, or belongs to another tenant.`
+      : `Could not load job ${JOB_ID}: ${err.message}`;
+    clear(root, notice("error", text), h("a", { href: "/jobs" }, "Back to jobs"));
+    return;
+  }
+  skeleton(root);
+  renderJob();
+  if (typeof Plotly === "undefined") {
+    clear($("#loss-chart"), notice("error", "The chart library did not load."));
+    return;
+  }
+  drawChart();
+  chartNote();
+  loadPrediction();
+  loadDecisions();
+  openStream();
+  if (TERMINAL.has(state.job.status)) {
+    const el = $("#stream-live");
+    el.textContent = "Finished";
+  }
+  state.events = subscribe(() => "/api/v1/events", {
+    job: (event) => {
+      if (event.job_id !== JOB_ID) return;
+      refreshJobSoon();
+      refreshDecisions();
+    },
+  });
+  const poll = () => {
+    if (document.visibilityState === "visible" && !TERMINAL.has(state.job.status)) refreshJob();
+    setTimeout(poll, POLL_MS);
+  };
+  setTimeout(poll, POLL_MS);
+}
+
+main();

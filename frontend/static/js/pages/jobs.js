@@ -1,0 +1,398 @@
+// Jobs page: the tenant's jobs with status, progress, loss, a sparkline and,
+// for waiting jobs, queue position and the scheduler's reason. Filter by
+// status, paginate, and stay live (SSE job events + a slow poll).
+
+import { api } from "../api.js";
+import {
+  $,
+  clear,
+  formatLoss,
+  h,
+  jobTitle,
+  notice,
+  progressBar,
+  relativeTime,
+  statusBadge,
+  TERMINAL,
+} from "../dom.js";
+import { startPage } from "../layout.js";
+import { showState, subscribe } from "../live.js";
+import { sparkline } from "../sparkline.js";
+
+const STATUSES = ["queued", "running", "paused", "completed", "failed", "cancelled"];
+const PAGE_SIZES = [10, 20, 50, 100];
+const SLOW_POLL_MS = 15000;
+const FAST_POLL_MS = 5000;
+const SPARK_POINTS = 50;
+
+const state = {
+  status: "",
+  limit: 20,
+  offset: 0,
+  total: 0,
+  rows: new Map(), // job id -> {job, tr}
+  sparks: new Map(), // job id -> {iterations, losses}
+  live: "off",
+  loading: null,
+};
+
+function readUrl() {
+  const params = new URLSearchParams(window.location.search);
+  const status = params.get("status") || "";
+  state.status = STATUSES.includes(status) ? status : "";
+  const limit = Number(params.get("limit"));
+  state.limit = PAGE_SIZES.includes(limit) ? limit : 20;
+  state.offset = Math.max(0, Math.floor(Number(params.get("offset")) || 0));
+}
+
+function writeUrl() {
+  const params = new URLSearchParams();
+  if (state.status) params.set("status", state.status);
+  if (state.limit !== 20) params.set("limit", String(state.limit));
+  if (state.offset) params.set("offset", String(state.offset));
+  const query = params.toString();
+  window.history.pushState(null, "", query ? `/jobs?${query}` : "/jobs");
+}
+
+function waitingCell(job, position, reason) {
+  if (job.status === "queued") {
+    return [
+      position ? h("strong", {}, `#${position} in queue`) : h("strong", {}, "Waiting"),
+      h("div", { class: "reason" }, reason || job.scheduler_reason || "waiting for a free slot"),
+    ];
+  }
+  if (job.status === "running") {
+    return job.scheduler_reason ? h("div", { class: "reason" }, job.scheduler_reason) : null;
+  }
+  if (job.status === "failed") {
+    return h("div", { class: "reason" }, job.error || job.end_reason || "failed");
+  }
+  if (job.status === "paused") return h("div", { class: "reason" }, "paused by a user");
+  return job.end_reason ? h("div", { class: "reason" }, job.end_reason) : null;
+}
+
+function sparkCell(job) {
+  const cached = state.sparks.get(job.id);
+  if (!cached) return h("span", { class: "spark-none" }, "…");
+  return sparkline(cached.losses, `Loss trend of job ${job.id}`);
+}
+
+function rowFor(job, queue = {}) {
+  const tr = h(
+    "tr",
+    { dataset: { jobId: String(job.id), status: job.status } },
+    h(
+      "td",
+      { "data-label": "Job" },
+      h(
+        "div",
+        {},
+        h("a", { class: "job-name", href: `/jobs/${job.id}` }, jobTitle(job)),
+        h(
+          "div",
+          { class: "small subtle" },
+          `#${job.id} · ${job.algorithm} on ${job.dataset} · ${relativeTime(job.created_at)}`,
+        ),
+      ),
+    ),
+    h("td", { "data-label": "Status" }, statusBadge(job.status)),
+    h("td", { "data-label": "Progress" }, progressBar(job)),
+    h(
+      "td",
+      { "data-label": "Loss", class: "num" },
+      h("span", { "data-testid": "current-loss" }, formatLoss(job.current_loss)),
+    ),
+    h("td", { "data-label": "Trend" }, sparkCell(job)),
+    h(
+      "td",
+      { "data-label": "Details" },
+      waitingCell(job, queue.position ?? job.queue_position, queue.reason),
+    ),
+  );
+  return tr;
+}
+
+async function loadSpark(job) {
+  const cached = state.sparks.get(job.id);
+  if (cached && cached.iterations === job.iterations_done) return false;
+  if (job.iterations_done === 0) {
+    state.sparks.set(job.id, { iterations: 0, losses: [] });
+    return true;
+  }
+  try {
+    const history = await api(`/api/v1/jobs/${job.id}/losses?max_points=${SPARK_POINTS}`);
+    state.sparks.set(job.id, { iterations: job.iterations_done, losses: history.losses });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function replaceRow(job, queue) {
+  const entry = state.rows.get(job.id);
+  if (!entry) return;
+  const tr = rowFor(job, queue);
+  entry.tr.replaceWith(tr);
+  if (entry.job.status !== job.status) tr.classList.add("flash");
+  state.rows.set(job.id, { job, tr });
+}
+
+async function queueInfo() {
+  try {
+    const cluster = await api("/api/v1/cluster");
+    const map = new Map();
+    for (const q of cluster.queued || []) {
+      if (q.job_id !== null) map.set(q.job_id, { position: q.position, reason: q.reason });
+    }
+    return map;
+  } catch {
+    return new Map();
+  }
+}
+
+function renderToolbar() {
+  const select = h(
+    "select",
+    { id: "status-filter", name: "status" },
+    h("option", { value: "" }, "All statuses"),
+    STATUSES.map((s) => h("option", { value: s }, s[0].toUpperCase() + s.slice(1))),
+  );
+  select.value = state.status;
+  select.addEventListener("change", () => {
+    state.status = select.value;
+    state.offset = 0;
+    writeUrl();
+    load();
+  });
+  const size = h(
+    "select",
+    { id: "page-size", name: "limit" },
+    PAGE_SIZES.map((n) => h("option", { value: String(n) }, `${n} per page`)),
+  );
+  size.value = String(state.limit);
+  size.addEventListener("change", () => {
+    state.limit = Number(size.value);
+    state.offset = 0;
+    writeUrl();
+    load();
+  });
+  return h(
+    "div",
+    { class: "toolbar" },
+    h("div", { class: "field" }, h("label", { for: "status-filter" }, "Status"), select),
+    h("div", { class: "field" }, h("label", { for: "page-size" }, "Page size"), size),
+    h("span", { class: "live-dot", id: "jobs-live", "data-state": state.live }, ""),
+  );
+}
+
+function renderPager() {
+  const first = state.total ? state.offset + 1 : 0;
+  const last = Math.min(state.offset + state.limit, state.total);
+  const prev = h(
+    "button",
+    { type: "button", class: "btn", id: "page-prev", disabled: state.offset === 0 },
+    "← Newer",
+  );
+  const next = h(
+    "button",
+    { type: "button", class: "btn", id: "page-next", disabled: last >= state.total },
+    "Older →",
+  );
+  prev.addEventListener("click", () => {
+    state.offset = Math.max(0, state.offset - state.limit);
+    writeUrl();
+    load();
+  });
+  next.addEventListener("click", () => {
+    state.offset += state.limit;
+    writeUrl();
+    load();
+  });
+  return h(
+    "nav",
+    { class: "pager", "aria-label": "Pages" },
+    h("span", { "aria-live": "polite", id: "page-info" }, `Showing ${first}–${last} of ${state.total}`),
+    h("div", { class: "btn-row" }, prev, next),
+  );
+}
+
+function renderEmpty() {
+  if (state.status) {
+    return h(
+      "div",
+      { class: "empty panel" },
+      h("p", {}, `No ${state.status} jobs.`),
+      h("a", { href: "/jobs" }, "Show all jobs"),
+    );
+  }
+  return h(
+    "div",
+    { class: "empty panel" },
+    h("p", {}, "Your tenant has no jobs yet."),
+    h("a", { class: "btn btn-primary", href: "/submit" }, "Submit your first job"),
+  );
+}
+
+function syncToolbar() {
+  $("#status-filter").value = state.status;
+  $("#page-size").value = String(state.limit);
+}
+
+async function load({ quiet = false } = {}) {
+  const root = $("#jobs-results");
+  const params = new URLSearchParams({ limit: String(state.limit), offset: String(state.offset) });
+  if (state.status) params.set("status", state.status);
+  if (!quiet) clear(root, notice("loading", "Loading jobs…"));
+  const token = {};
+  state.loading = token;
+  let page;
+  let queue;
+  try {
+    [page, queue] = await Promise.all([api(`/api/v1/jobs?${params}`), queueInfo()]);
+  } catch (err) {
+    if (state.loading !== token) return;
+    if (quiet) return; // keep showing what we have; the next poll tries again
+    clear(
+      root,
+      notice("error", `Could not load jobs: ${err.message}`),
+      h("button", { type: "button", class: "btn", onClick: () => load() }, "Retry"),
+    );
+    return;
+  }
+  if (state.loading !== token) return;
+  if (page.items.length === 0 && state.offset > 0 && page.total > 0) {
+    // The page emptied under us (e.g. jobs finished): step back.
+    state.offset = Math.max(0, Math.floor((page.total - 1) / state.limit) * state.limit);
+    writeUrl();
+    load();
+    return;
+  }
+  state.total = page.total;
+  await Promise.all(page.items.map((job) => loadSpark(job)));
+  if (state.loading !== token) return;
+  const focused = document.activeElement && document.activeElement.id;
+  state.rows.clear();
+  let body;
+  if (page.items.length === 0) {
+    body = renderEmpty();
+  } else {
+    const tbody = h("tbody");
+    for (const job of page.items) {
+      const tr = rowFor(job, queue.get(job.id));
+      state.rows.set(job.id, { job, tr });
+      tbody.appendChild(tr);
+    }
+    body = h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        { class: "cards", id: "jobs-table" },
+        h("caption", { class: "visually-hidden" }, "Jobs of your tenant, newest first"),
+        h(
+          "thead",
+          {},
+          h(
+            "tr",
+            {},
+            ["Job", "Status", "Progress", "Loss", "Trend", "Details"].map((label) =>
+              h("th", { scope: "col", class: label === "Loss" ? "num" : null }, label),
+            ),
+          ),
+        ),
+        tbody,
+      ),
+    );
+  }
+  clear(root, body, page.items.length ? renderPager() : null);
+  if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+}
+
+// ---- live updates ----
+
+const pendingRows = new Set();
+let rowTimer = null;
+let reloadTimer = null;
+
+function scheduleReload(delay = 600) {
+  if (reloadTimer) return;
+  reloadTimer = setTimeout(() => {
+    reloadTimer = null;
+    load({ quiet: true });
+  }, delay);
+}
+
+async function refreshRows() {
+  rowTimer = null;
+  const ids = [...pendingRows];
+  pendingRows.clear();
+  let anyQueued = false;
+  for (const id of ids) {
+    if (!state.rows.has(id)) continue;
+    let job;
+    try {
+      job = await api(`/api/v1/jobs/${id}`);
+    } catch {
+      continue;
+    }
+    if (state.status && job.status !== state.status) {
+      scheduleReload(0); // no longer matches the filter
+      return;
+    }
+    await loadSpark(job);
+    replaceRow(job);
+    anyQueued ||= job.status === "queued";
+  }
+  // Queue positions of the other waiting rows may have moved too.
+  const waiting = [...state.rows.values()].filter((r) => r.job.status === "queued");
+  if (waiting.length && !anyQueued) {
+    const queue = await queueInfo();
+    for (const { job } of waiting) {
+      const q = queue.get(job.id);
+      if (q) replaceRow(job, q);
+    }
+  }
+}
+
+function onJobEvent(event) {
+  const id = event.job_id;
+  if (state.rows.has(id)) {
+    pendingRows.add(id);
+    if (!rowTimer) rowTimer = setTimeout(refreshRows, 400);
+    if (event.status === "queued" || TERMINAL.has(event.status)) {
+      // Others' queue positions shift when a job enters or leaves the queue.
+      for (const [otherId, row] of state.rows) {
+        if (row.job.status === "queued") pendingRows.add(otherId);
+      }
+    }
+  } else if (state.offset === 0 && (!state.status || state.status === event.status)) {
+    scheduleReload(); // a new job or one that now matches the filter
+  }
+}
+
+function setLive(value) {
+  state.live = value;
+  showState($("#jobs-live"), value);
+}
+
+async function main() {
+  await startPage("jobs");
+  readUrl();
+  clear($("#jobs-root"), renderToolbar(), h("div", { id: "jobs-results" }));
+  showState($("#jobs-live"), state.live);
+  window.addEventListener("popstate", () => {
+    readUrl();
+    syncToolbar();
+    load();
+  });
+  await load();
+  subscribe(() => "/api/v1/events", { job: onJobEvent }, setLive);
+  // Slow poll as a safety net, faster while the live stream is down.
+  const poll = () => {
+    if (document.visibilityState === "visible") load({ quiet: true });
+    setTimeout(poll, state.live === "live" ? SLOW_POLL_MS : FAST_POLL_MS);
+  };
+  setTimeout(poll, SLOW_POLL_MS);
+}
+
+main();

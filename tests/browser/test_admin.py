@@ -1,0 +1,103 @@
+"""The admin page: quotas beside usage, edited with validation; a lowered
+quota refuses a submission with its reason; tenant admins read only; members
+are not allowed."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from playwright.sync_api import Page, expect
+
+from backend.models import Role
+from tests.browser.helpers import PHONE, Account, api_client, screenshot, sign_in
+from tests.utils.portal import Portal
+
+
+def test_admin_lowers_a_quota_and_a_submission_over_it_is_refused(
+        make_page: Callable[..., Page], accounts: Callable[..., Account],
+        browser_portal: Portal) -> None:
+    admin = accounts("root@platform.test", tenant="platform", role=Role.platform_admin)
+    member = accounts("quinn@quota-team.test", tenant="quota-team")
+
+    page = make_page()
+    sign_in(page, admin, "/admin")
+    row = page.locator("#tenants-table tr[data-tenant='quota-team']")
+    expect(row).to_be_visible()
+    row.get_by_role("button", name="Edit quotas of quota-team").click()
+    expect(page.get_by_label("Slots")).to_be_focused()
+    active = page.get_by_label("Active jobs")
+
+    # Validated in the page first.
+    active.fill("-1")
+    page.get_by_label("Share weight").fill("0")
+    page.get_by_role("button", name="Save quotas").click()
+    expect(page.locator("#quota-max_active_jobs-error")).to_contain_text("≥ 0")
+    expect(page.locator("#quota-share_weight-error")).to_contain_text("> 0")
+    expect(page.locator("#quota-message")).to_contain_text("not saved")
+
+    active.fill("0")
+    page.get_by_label("Share weight").fill("1")
+    page.get_by_role("button", name="Save quotas").click()
+    expect(page.locator("#tenants-message")).to_contain_text("Saved the quotas of quota-team")
+    expect(row).to_contain_text("of 0")
+    expect(page.locator("#audit")).to_contain_text("tenant.quotas")
+    with api_client(browser_portal, admin) as api:
+        tenants = {t["name"]: t for t in api.get("/api/v1/admin/tenants").json()}
+    assert tenants["quota-team"]["quotas"]["max_active_jobs"] == 0
+    screenshot(page, "admin")
+
+    # The member's submission is refused, and the page says why.
+    other = make_page()
+    sign_in(other, member, "/submit")
+    other.get_by_role("button", name="Submit job").click()
+    message = other.get_by_test_id("quota-message")
+    expect(message).to_contain_text("quota max_active_jobs reached")
+    expect(other.locator("#form-message")).to_contain_text("Over your tenant's quota")
+    expect(other).to_have_url(re.compile(r"/submit$"))
+    screenshot(other, "submit-over-quota")
+
+
+def test_admin_changes_the_active_policy(
+        page: Page, accounts: Callable[..., Account], browser_portal: Portal) -> None:
+    admin = accounts("root@platform.test", tenant="platform", role=Role.platform_admin)
+    sign_in(page, admin, "/admin")
+    current = page.get_by_test_id("active-policy")
+    expect(current).to_have_text("fair")
+    page.get_by_label("Choose a policy").select_option("fifo")
+    page.get_by_role("button", name="Apply").click()
+    expect(current).to_have_text("fifo")
+    expect(page.get_by_text("The scheduler now uses fifo")).to_be_visible()
+    with api_client(browser_portal, admin) as api:
+        assert api.get("/api/v1/admin/policy").json()["active"] == "fifo"
+    page.get_by_label("Choose a policy").select_option("fair")
+    page.get_by_role("button", name="Apply").click()
+    expect(current).to_have_text("fair")
+
+
+def test_tenant_admin_sees_their_usage_read_only(
+        page: Page, accounts: Callable[..., Account]) -> None:
+    tenant_admin = accounts("tara@team-a.test", tenant="team-a", role=Role.tenant_admin)
+    sign_in(page, tenant_admin, "/admin")
+    expect(page.locator("#tenants-table tbody tr")).to_have_count(1)
+    expect(page.locator("#tenants-table")).to_contain_text("team-a")
+    expect(page.get_by_role("button", name=re.compile("Edit quotas"))).to_have_count(0)
+    expect(page.get_by_label("Choose a policy")).to_have_count(0)
+    expect(page.get_by_text("Only platform admins change it.")).to_be_visible()
+    expect(page.locator("#users-table")).to_contain_text("tara@team-a.test")
+
+
+def test_member_cannot_open_the_admin_page(
+        make_page: Callable[..., Page], accounts: Callable[..., Account],
+        browser_portal: Portal) -> None:
+    member = accounts("mo@team-a.test", tenant="team-a")
+    for viewport in (None, PHONE):
+        page = make_page(viewport)
+        sign_in(page, member, "/admin")
+        denied = page.get_by_test_id("not-allowed")
+        expect(denied).to_contain_text("Not allowed")
+        expect(denied).to_contain_text("member of team-a")
+        expect(page.locator("#tenants-table")).to_have_count(0)
+        screenshot(page, "admin-not-allowed")
+    with api_client(browser_portal, member) as api:
+        assert api.get("/api/v1/admin/tenants").status_code == 403
