@@ -15,5 +15,11 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/mypy backend workers
 
+# Benchmarks print figures and ratios; none asserts a time (see docs/scheduling.md).
 bench: setup
-	.venv/bin/python -m tests.bench.run_all
+	mkdir -p artifacts
+	.venv/bin/python -m tests.bench.prediction
+	.venv/bin/python -m tests.bench.cost
+	.venv/bin/python -m tests.bench.quality --procs 2 --report artifacts/quality.html
+	.venv/bin/python -m tests.bench.live_compare
+	.venv/bin/python -m tests.bench.chart_latency

@@ -49,8 +49,12 @@ def explain_waiting(policy: Policy, snapshot: Snapshot) -> dict[int, WaitingReas
         quota = snapshot.tenant(job.tenant_id).max_slots
         at_quota = running.get(job.tenant_id, 0) >= quota
         policy_reason = grant.reason if grant is not None else "not ranked by the policy"
-        if at_quota:
-            text = (f"your team is using all {quota} of its slots; then: {policy_reason}")
+        if at_quota and quota == 0:
+            text = ("your team's slot quota is 0: no job of it runs until an admin "
+                    "raises the quota")
+        elif at_quota:
+            text = (f"your team is using all {quota} of its slots (its quota); when one "
+                    f"frees up: {policy_reason}")
         elif position <= snapshot.free_slots:
             text = f"about to run: {policy_reason}"
         else:

@@ -108,7 +108,7 @@ def test_a_waiting_job_says_why(portal: Portal) -> None:
 
         job = wait_until(explained, 30, "the scheduler to explain the queue")
         assert job["status"] == "queued"
-        assert "using all 0 of its slots" in job["scheduler_reason"]
+        assert "slot quota is 0" in job["scheduler_reason"]
         listed = {j["id"]: j for j in c.get("/api/v1/jobs").json()["items"]}
         assert listed[first]["queue_position"] < listed[second]["queue_position"]
         for job_id in (first, second):

@@ -56,7 +56,8 @@ function skeleton(root) {
   const predToggle = h("input", { type: "checkbox", id: "show-prediction", checked: true });
   logToggle.addEventListener("change", () => {
     state.logScale = logToggle.checked;
-    Plotly.relayout("loss-chart", { "yaxis.type": state.logScale ? "log" : "linear" });
+    const scale = lossScale();
+    Plotly.relayout("loss-chart", { "yaxis.type": scale.type, "yaxis.dtick": scale.dtick, "yaxis.tickformat": scale.tickformat });
   });
   predToggle.addEventListener("change", () => {
     state.showPrediction = predToggle.checked;
@@ -221,6 +222,14 @@ function paramText(params) {
 // Shown in place of empty axes until the first loss point arrives.
 const EMPTY_NOTE = [{ text: "No loss points yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { size: 14, color: "#56606b" } }];
 
+// Plotly's default log ticks label the in-between digits bare ("2", "5"), which
+// reads as 2 and 5 beside 0.1; label 1-2-5 steps in full instead.
+function lossScale() {
+  return state.logScale
+    ? { type: "log", dtick: "D2", tickformat: "~g" }
+    : { type: "linear", dtick: null, tickformat: "" };
+}
+
 function chartLayout() {
   const empty = state.xs.length === 0;
   return {
@@ -228,7 +237,7 @@ function chartLayout() {
     uirevision: `job-${JOB_ID}`,
     margin: { l: 56, r: 16, t: 32, b: 44 },
     xaxis: { title: { text: "Iteration" }, rangemode: "tozero", zeroline: false, automargin: true, visible: !empty },
-    yaxis: { title: { text: "Loss" }, type: state.logScale ? "log" : "linear", zeroline: false, automargin: true, visible: !empty },
+    yaxis: { title: { text: "Loss" }, ...lossScale(), zeroline: false, automargin: true, visible: !empty },
     legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
     hovermode: "x unified",
     showlegend: true,
