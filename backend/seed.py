@@ -1,4 +1,4 @@
-"""First-start data: a platform admin, a demo tenant and a demo member."""
+"""First-start data: a platform admin, a demo tenant and its tenant admin."""
 
 from __future__ import annotations
 

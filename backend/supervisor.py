@@ -88,8 +88,8 @@ def run(settings: Settings) -> int:
         child.start(env)
     print(f"""
 SLAQ portal is running: http://{settings.host}:{settings.port}/   (API docs: /docs)
-  platform admin: {seeded.admin_email} / {settings.admin_password}
-  demo member:    {seeded.demo_email} / demo
+  platform admin:    {seeded.admin_email} / {settings.admin_password}
+  demo tenant admin: {seeded.demo_email} / demo
   database: {db_url}
   redis:    {redis_url}
   workers:  {settings.workers} slot(s); policy {settings.policy}

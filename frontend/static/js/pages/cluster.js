@@ -117,7 +117,10 @@ function drawLoss() {
     uirevision: "loss",
     margin: { l: 48, r: 16, t: 8, b: 40 },
     xaxis: { type: "date", automargin: true, nticks: window.innerWidth < 600 ? 4 : 10 },
-    yaxis: { title: { text: "Loss / first loss" }, rangemode: "tozero", automargin: true },
+    // Empty samples would autorange to 0-4; the ratio mostly lives in 0-1.
+    yaxis: samples.some((s) => s.loss !== null)
+      ? { title: { text: "Loss / first loss" }, rangemode: "tozero", automargin: true }
+      : { title: { text: "Loss / first loss" }, range: [0, 1], automargin: true },
     hovermode: "x unified",
     paper_bgcolor: "#fff",
     plot_bgcolor: "#fff",

@@ -185,7 +185,8 @@ function renderJob() {
     stat("First loss", formatLoss(job.initial_loss)),
     stat("Training time", formatDuration(job.elapsed_seconds)),
     stat("Chunks run", formatNumber(job.chunks_run)),
-    stat("Predicted gain", job.predicted_gain === null ? "—" : formatLoss(job.predicted_gain)),
+    // A finished job's last grant predicted a gain it no longer has ahead of it.
+    stat("Predicted gain", job.predicted_gain === null || TERMINAL.has(job.status) ? "—" : formatLoss(job.predicted_gain)),
   );
 
   const kv = [];
