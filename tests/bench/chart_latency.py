@@ -31,7 +31,7 @@ from playwright.sync_api import sync_playwright
 from backend.models import Role
 from tests.browser.helpers import CHROMIUM, CHROMIUM_ARGS, DESKTOP
 from tests.utils.portal import make_user_token, start_portal
-from tests.utils.services import test_redis
+from tests.utils.services import BENCH_REDIS_DB, test_redis
 
 JOB = {
     "algorithm": "logistic_regression",
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="slaq-latency-") as tmp, \
-            test_redis(Path(tmp) / "redis") as redis_url:
+            test_redis(Path(tmp) / "redis", BENCH_REDIS_DB) as redis_url:
         data = Path(tmp) / "portal"
         portal = start_portal(data_dir=data, db_url=f"sqlite:///{data}/bench.db",
                               redis_url=redis_url, workers=args.workers)
@@ -114,11 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                     api.post(f"/api/v1/jobs/{job_id}/cancel")
                 browser.close()
         finally:
-            portal.stop_all()
-            client = portal.redis()
-            for key in client.scan_iter(f"{portal.prefix}:*"):
-                client.delete(key)
-            client.delete(portal.keys.chunk_queue)
+            portal.close()
 
     everything = [v for values in per_job.values() for v in values]
     print()

@@ -30,7 +30,7 @@ from backend.scheduling.trace import Trace, load_trace
 from backend.scheduling.workload import Arrival, generate_workload
 from backend.simulation.cli import STANDARD_TRACE
 from tests.utils.portal import make_user_token, start_portal
-from tests.utils.services import test_redis
+from tests.utils.services import BENCH_REDIS_DB, test_redis
 
 SLOTS = 2
 
@@ -76,10 +76,7 @@ def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: 
                     break
                 time.sleep(0.5)
     finally:
-        portal.stop_all()
-        client = portal.redis()
-        for key in client.scan_iter(f"{portal.prefix}:*"):
-            client.delete(key)
+        portal.close()
     jobs: list[SimJob] = []
     worst = 0.0
     with session_scope(engine_for(db_url)) as session:
@@ -114,7 +111,7 @@ def main() -> None:
                                  seed=args.seed, chunk_seconds=args.chunk_seconds)
     config = SimConfig(slots=SLOTS, chunk_seconds=args.chunk_seconds)
     rows: dict[str, Figures] = {}
-    with tempfile.TemporaryDirectory() as tmp, test_redis(Path(tmp)) as redis_url:
+    with tempfile.TemporaryDirectory() as tmp, test_redis(Path(tmp), BENCH_REDIS_DB) as redis_url:
         for policy in ("fair", "slaq"):
             simulated = figures(simulate(build_policy(policy, trace, arrivals), trace,
                                          arrivals, config))

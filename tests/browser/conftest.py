@@ -42,11 +42,7 @@ def browser_portal(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
     try:
         yield running
     finally:
-        running.stop_all()
-        client = running.redis()
-        for key in client.scan_iter(f"{running.prefix}:*"):
-            client.delete(key)
-        client.delete(running.keys.chunk_queue)
+        running.close()
 
 
 @pytest.fixture(scope="session")

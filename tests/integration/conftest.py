@@ -18,11 +18,7 @@ def portal(module_db_url: str, redis_url: str,
     try:
         yield running
     finally:
-        running.stop_all()
-        client = running.redis()
-        for key in client.scan_iter(f"{running.prefix}:*"):
-            client.delete(key)
-        client.delete(running.keys.chunk_queue)
+        running.close()
 
 
 @pytest.fixture(scope="module")

@@ -24,10 +24,7 @@ def slaq_portal(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     try:
         yield running
     finally:
-        running.stop_all()
-        client = running.redis()
-        for key in client.scan_iter(f"{running.prefix}:*"):
-            client.delete(key)
+        running.close()
 
 
 def _spec(seed: int, max_iterations: int) -> dict[str, object]:

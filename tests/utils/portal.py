@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,14 @@ class Portal:
     def slot_pids(self) -> list[int]:
         return [int(s.rsplit(":", 1)[1]) for s in Heartbeats(self.redis(), self.keys).alive()]
 
+    def close(self) -> None:
+        """Stop every process and delete this portal's Redis keys and queue."""
+        self.stop_all()
+        client = self.redis()
+        for key in client.scan_iter(f"{self.prefix}:*"):
+            client.delete(key)
+        client.delete(self.keys.chunk_queue)
+
     def log_tail(self, lines: int = 60) -> str:
         out = []
         for name, path in self.logs.items():
@@ -146,3 +156,13 @@ def start_portal(*, data_dir: Path, db_url: str, redis_url: str, workers: int = 
         time.sleep(0.2)
     portal.wait_for_slots(workers)
     return portal
+
+
+@contextmanager
+def running_portal(**kwargs: Any) -> Iterator[Portal]:
+    """:func:`start_portal` for a ``with`` block; closed on the way out."""
+    portal = start_portal(**kwargs)
+    try:
+        yield portal
+    finally:
+        portal.close()

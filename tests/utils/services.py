@@ -16,14 +16,18 @@ from sqlalchemy import create_engine, text
 from backend.redis_conn import reachable, start_private_redis
 
 TEST_REDIS_DB = 13
+BENCH_REDIS_DB = 12
+"""Benchmarks flush their database too: never the one a running test suite uses."""
 PG_ADMIN_URL = os.environ.get("SLAQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 @contextmanager
-def test_redis(tmp: Path) -> Iterator[str]:
+def test_redis(tmp: Path, db: int = TEST_REDIS_DB) -> Iterator[str]:
     """A Redis URL on a database number kept for tests, flushed before and
-    after; a private redis-server when the shared one is not reachable."""
-    base = os.environ.get("SLAQ_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{TEST_REDIS_DB}")
+    after; a private redis-server when the shared one is not reachable.
+    ``SLAQ_TEST_REDIS_URL`` names another server; ``db`` is always used."""
+    server = os.environ.get("SLAQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    base = f"{server.rsplit('/', 1)[0]}/{db}"
     proc: subprocess.Popen[bytes] | None = None
     url = base
     if not reachable(base):
