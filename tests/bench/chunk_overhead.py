@@ -68,8 +68,9 @@ def measure(chunk_seconds: float, seconds: float, redis_url: str,
             ids = []
             for spec in JOBS:
                 resp = api.post("/api/v1/jobs", json={
-                    **spec, "stopping": {"max_iterations": 10**7, "tolerance": None}})
-                resp.raise_for_status()
+                    **spec, "stopping": {"max_iterations": 1_000_000, "tolerance": None}})
+                if resp.status_code != 201:
+                    raise SystemExit(f"submission refused: {resp.text}")
                 ids.append(resp.json()["id"])
             time.sleep(seconds)
             for job_id in ids:
