@@ -62,18 +62,23 @@ def list_tenants(session: SessionDep, scope: TenantAdmin) -> list[TenantPublic]:
             for t in session.execute(query).scalars().all()]
 
 
+def _insert_unique(session: SessionDep, row: Tenant | User, conflict: str) -> None:
+    """Add ``row``; a unique-constraint clash (a name or email taken, even by a
+    concurrent request) is a 409 with ``conflict`` as its message."""
+    session.add(row)
+    try:
+        session.flush()
+    except IntegrityError:
+        session.rollback()
+        raise HTTPException(status.HTTP_409_CONFLICT, conflict) from None
+
+
 @router.post("/tenants", response_model=TenantPublic, status_code=status.HTTP_201_CREATED)
 def create_tenant(body: TenantCreate, session: SessionDep, scope: PlatformAdmin) -> TenantPublic:
     """Create a tenant (team)."""
     quotas = body.quotas.model_dump(exclude_none=True)
     tenant = Tenant(name=body.name, **quotas)
-    session.add(tenant)
-    try:
-        session.flush()
-    except IntegrityError:
-        session.rollback()
-        raise HTTPException(status.HTTP_409_CONFLICT,
-                            f"a tenant named {body.name!r} exists already") from None
+    _insert_unique(session, tenant, f"a tenant named {body.name!r} exists already")
     audit.record(session, actor=scope.user, action="tenant.create", target=body.name,
                  tenant_id=tenant.id, quotas=quotas)
     session.commit()
@@ -122,13 +127,7 @@ def create_user(body: UserCreate, session: SessionDep, scope: TenantAdmin) -> Us
             "type": "value_error"}])
     user = User(tenant_id=body.tenant_id, email=body.email.strip().lower(),
                 password_hash=hash_password(body.password), role=body.role)
-    session.add(user)
-    try:
-        session.flush()
-    except IntegrityError:
-        session.rollback()
-        raise HTTPException(status.HTTP_409_CONFLICT,
-                            f"a user with email {body.email!r} exists already") from None
+    _insert_unique(session, user, f"a user with email {body.email!r} exists already")
     audit.record(session, actor=scope.user, action="user.create", target=user.email,
                  tenant_id=user.tenant_id, role=user.role)
     session.commit()

@@ -113,3 +113,23 @@ def test_a_waiting_job_says_why(portal: Portal) -> None:
         assert listed[first]["queue_position"] < listed[second]["queue_position"]
         for job_id in (first, second):
             c.post(f"/api/v1/jobs/{job_id}/cancel")
+
+
+def test_a_taken_tenant_name_or_email_is_a_409_and_nothing_changes(portal: Portal) -> None:
+    admin = make_user_token(portal.db_url, tenant="platform", email="names@platform.test",
+                            role=Role.platform_admin)
+    with httpx.Client(base_url=portal.base_url, timeout=30,
+                      headers={"Authorization": f"Bearer {admin}"}) as a:
+        made = a.post("/api/v1/admin/tenants", json={"name": "twice"})
+        assert made.status_code == 201, made.text
+        again = a.post("/api/v1/admin/tenants", json={"name": "twice", "quotas": {"max_slots": 9}})
+        assert again.status_code == 409 and "exists already" in again.json()["detail"]
+        tenants = [t for t in a.get("/api/v1/admin/tenants").json() if t["name"] == "twice"]
+        assert len(tenants) == 1 and tenants[0]["quotas"]["max_slots"] != 9
+        user = {"email": "Dup@Twice.test", "password": "long enough pw",
+                "tenant_id": made.json()["id"]}
+        assert a.post("/api/v1/admin/users", json=user).status_code == 201
+        dup = a.post("/api/v1/admin/users", json=dict(user, email="dup@twice.test"))
+        assert dup.status_code == 409 and "exists already" in dup.json()["detail"]
+        emails = [u["email"] for u in a.get("/api/v1/admin/users").json()]
+        assert emails.count("dup@twice.test") == 1

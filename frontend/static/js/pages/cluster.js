@@ -117,10 +117,12 @@ function drawLoss() {
     uirevision: "loss",
     margin: { l: 48, r: 16, t: 8, b: 40 },
     xaxis: { type: "date", automargin: true, nticks: window.innerWidth < 600 ? 4 : 10 },
-    // Empty samples would autorange to 0-4; the ratio mostly lives in 0-1.
-    yaxis: samples.some((s) => s.loss !== null)
-      ? { title: { text: "Loss / first loss" }, rangemode: "tozero", automargin: true }
-      : { title: { text: "Loss / first loss" }, range: [0, 1], automargin: true },
+    yaxis: {
+      title: { text: "Loss / first loss" },
+      automargin: true,
+      // With no samples Plotly autoranges to 0-4; the ratio mostly lives in 0-1.
+      ...(samples.some((s) => s.loss !== null) ? { rangemode: "tozero" } : { range: [0, 1] }),
+    },
     hovermode: "x unified",
     paper_bgcolor: "#fff",
     plot_bgcolor: "#fff",
