@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("record-trace", help="record real loss curves for the simulator")
     args = parser.parse_args(argv)
     _logging()
-    from backend.settings import get_settings
+    from backend.core.settings import get_settings
 
     settings = get_settings()
     if args.command == "run":
@@ -59,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         run_forever()
         return 0
     if args.command == "worker":
-        from backend.redis_conn import get_keys
+        from backend.core.redis_conn import get_keys
         from workers.celery_app import celery_app
 
         celery_app.worker_main(["worker", "-Q", get_keys().chunk_queue, "--loglevel", "INFO",
                                 "--concurrency", str(args.concurrency or settings.workers)])
         return 0
-    from backend.db import migrate, session_scope
+    from backend.core.db import migrate, session_scope
 
     migrate(settings.effective_database_url)
     if args.command == "seed":

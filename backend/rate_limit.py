@@ -7,7 +7,7 @@ import hashlib
 
 import redis
 
-from backend.redis_keys import RedisKeys
+from backend.core.redis_keys import RedisKeys
 
 MAX_FAILURES = 5
 WINDOW_SECONDS = 300

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlmodel import Session
 
-from backend.models import Role, Tenant, User
+from backend.core.models import Role, Tenant, User
 from backend.security import hash_password
 
 PLATFORM_TENANT = "platform"

@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.db import engine_for, migrate, session_scope
-from backend.redis_conn import reachable, start_private_redis
-from backend.redis_keys import RedisKeys
+from backend.core.db import engine_for, migrate, session_scope
+from backend.core.redis_conn import reachable, start_private_redis
+from backend.core.redis_keys import RedisKeys
+from backend.core.settings import Settings
 from backend.seed import seed
-from backend.settings import Settings
 
 log = logging.getLogger("slaq.supervisor")
 

@@ -11,9 +11,9 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 
-from backend.leases import Heartbeats
-from backend.redis_conn import get_keys, get_redis
-from backend.settings import get_settings
+from backend.core.leases import Heartbeats
+from backend.core.redis_conn import get_keys, get_redis
+from backend.core.settings import get_settings
 
 log = logging.getLogger(__name__)
 

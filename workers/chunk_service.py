@@ -25,11 +25,11 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
-from backend.leases import Leases
-from backend.loss_store import insert_loss_points
-from backend.models import Job, JobStatus, LossRecord, utcnow
-from backend.notify import publish_job_event, wake_scheduler
-from backend.redis_keys import RedisKeys
+from backend.core.leases import Leases
+from backend.core.loss_store import insert_loss_points
+from backend.core.models import Job, JobStatus, LossRecord, utcnow
+from backend.core.notify import publish_job_event, wake_scheduler
+from backend.core.redis_keys import RedisKeys
 from workers.algorithms import make_trainer, restore_trainer
 from workers.checkpoints import CheckpointStore
 from workers.stopping import StopRule, Verdict, check

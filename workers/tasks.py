@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from backend.db import get_engine
-from backend.redis_conn import get_keys, get_redis
-from backend.settings import get_settings
+from backend.core.db import get_engine
+from backend.core.redis_conn import get_keys, get_redis
+from backend.core.settings import get_settings
 from workers.celery_app import celery_app
 from workers.checkpoints import CheckpointStore
 from workers.chunk_service import ChunkContext, run_chunk

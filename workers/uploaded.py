@@ -1,96 +1,23 @@
-"""Tenants' uploaded datasets on the worker side: the ``upload:<id>`` reference,
-the ``.npz`` file format, and loading an upload into a ``Dataset``.
+"""Tenants' uploaded datasets on the worker side: loading an upload into a
+``Dataset`` (the file format lives in ``backend.core.upload_format``).
 
 A job names an uploaded dataset as ``"upload:<id>"`` (the id returned by
 ``POST /api/v1/datasets``). The API checks at submit time that the upload
 belongs to the job's tenant; the worker checks again here, so a job can never
 read another tenant's data even if the database were edited by hand.
-
-Files are plain ``numpy.savez`` archives of numeric and unicode arrays, read
-with ``allow_pickle=False``: nothing in an upload can execute code.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from backend.models import Job, UploadedDataset
-from backend.settings import get_settings
+from backend.core.models import Job, UploadedDataset
+from backend.core.upload_format import is_upload_ref, parse_upload_ref, read_npz, upload_file
 from workers.datasets import Dataset, Task, dataset_from_arrays, load_dataset
-
-UPLOAD_PREFIX = "upload:"
-"""Datasets whose name starts with this are tenants' uploads, by id."""
-
-_REF = re.compile(r"^upload:([1-9][0-9]{0,17})$")
-
-
-def upload_ref(upload_id: int) -> str:
-    """The dataset name a job spec uses for upload ``upload_id``."""
-    return f"{UPLOAD_PREFIX}{upload_id}"
-
-
-def is_upload_ref(dataset: str) -> bool:
-    return dataset.startswith(UPLOAD_PREFIX)
-
-
-def parse_upload_ref(dataset: str) -> int | None:
-    """The upload id in ``"upload:<id>"``, or None if ``dataset`` is not that form."""
-    match = _REF.match(dataset)
-    return int(match.group(1)) if match else None
-
-
-@dataclass(frozen=True, eq=False)
-class UploadArrays:
-    """What an upload file holds: raw (unstandardised) features and targets."""
-
-    X: np.ndarray
-    y: np.ndarray | None  # class indices (int64) or regression targets (float64)
-    classes: np.ndarray | None  # class names (unicode), index i names class i
-    feature_names: np.ndarray  # unicode, one per column of X
-
-
-def write_npz(path: Path, arrays: UploadArrays) -> None:
-    """Write ``arrays`` to ``path`` atomically (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    parts: dict[str, np.ndarray] = {"X": np.ascontiguousarray(arrays.X, dtype=np.float64),
-                                    "feature_names": np.asarray(arrays.feature_names, dtype=str)}
-    if arrays.y is not None:
-        parts["y"] = np.asarray(arrays.y)
-    if arrays.classes is not None:
-        parts["classes"] = np.asarray(arrays.classes, dtype=str)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as fh:
-            np.savez(fh, **parts)  # type: ignore[arg-type]
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def read_npz(path: Path) -> UploadArrays:
-    """Read an upload file; never unpickles."""
-    with np.load(path, allow_pickle=False) as data:
-        X = np.asarray(data["X"], dtype=np.float64)
-        y = np.asarray(data["y"]) if "y" in data.files else None
-        classes = np.asarray(data["classes"]) if "classes" in data.files else None
-        names = np.asarray(data["feature_names"]) if "feature_names" in data.files else \
-            np.asarray([f"x{i}" for i in range(X.shape[1])])
-    return UploadArrays(X=X, y=y, classes=classes, feature_names=names)
-
-
-def upload_file(relative: str) -> Path:
-    """The absolute path of an upload file stored relative to the data dir."""
-    return get_settings().data_dir / relative
 
 
 class UploadMissing(LookupError):

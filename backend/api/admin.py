@@ -12,9 +12,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
 from backend.api.deps import DbId, KeysDep, PlatformAdmin, RedisDep, SessionDep, TenantAdmin
-from backend.models import AuditLog, Role, Tenant, User
-from backend.notify import wake_scheduler
-from backend.portal_settings import active_policy_name, set_active_policy
+from backend.core.models import AuditLog, Role, Tenant, User
+from backend.core.notify import wake_scheduler
+from backend.core.portal_settings import active_policy_name, set_active_policy
+from backend.core.settings import get_settings
 from backend.scheduling.registry import live_policy_names
 from backend.schemas import (
     AuditEntry,
@@ -32,7 +33,6 @@ from backend.schemas import (
 from backend.security import hash_password
 from backend.services import audit
 from backend.services.quotas import QUOTA_FIELDS, Usage, usage_by_tenant
-from backend.settings import get_settings
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 

@@ -8,7 +8,8 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 from sqlalchemy import select
 
 from backend.api.deps import CurrentUser, DbId, KeysDep, RedisDep, SessionDep
-from backend.models import ApiToken, Tenant, User, as_utc, utcnow
+from backend.core.models import ApiToken, Tenant, User, as_utc, utcnow
+from backend.core.settings import get_settings
 from backend.rate_limit import blocked_for, clear, record_failure
 from backend.schemas import LoginRequest, Me, SignIn, TokenCreated, TokenInfo, TokenRequest
 from backend.security import hash_token, new_api_token, token_display_prefix, verify_password
@@ -19,7 +20,6 @@ from backend.services.web_sessions import (
     find_session,
     open_session,
 )
-from backend.settings import get_settings
 
 router = APIRouter(prefix="/api/v1/auth", tags=["auth"])
 

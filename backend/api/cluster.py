@@ -9,10 +9,10 @@ from fastapi import APIRouter
 from sqlalchemy import select
 
 from backend.api.deps import CurrentTenant, KeysDep, RedisDep, SessionDep
-from backend.leases import Heartbeats
-from backend.models import Job, JobStatus, Tenant
-from backend.portal_settings import active_policy_name
-from backend.settings import get_settings
+from backend.core.leases import Heartbeats
+from backend.core.models import Job, JobStatus, Tenant
+from backend.core.portal_settings import active_policy_name
+from backend.core.settings import get_settings
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"])
 

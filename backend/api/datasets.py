@@ -19,10 +19,10 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from backend.api.deps import CurrentTenant, DbId, SessionDep
-from backend.models import Role, UploadedDataset, as_utc
+from backend.core.models import Role, UploadedDataset, as_utc
+from backend.core.upload_format import upload_ref
 from backend.services import uploads
 from backend.services.uploads import MAX_UPLOAD_BYTES, TASKS, UploadError
-from workers.uploaded import upload_ref
 
 router = APIRouter(prefix="/api/v1/datasets", tags=["datasets"])
 

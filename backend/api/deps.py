@@ -17,10 +17,10 @@ from fastapi import Depends, HTTPException, Path, Query, Request, status
 from sqlalchemy import select
 from sqlmodel import Session
 
-from backend.db import get_engine
-from backend.models import ApiToken, Role, Tenant, User, as_utc, utcnow
-from backend.redis_conn import get_keys, get_redis
-from backend.redis_keys import RedisKeys
+from backend.core.db import get_engine
+from backend.core.models import ApiToken, Role, Tenant, User, as_utc, utcnow
+from backend.core.redis_conn import get_keys, get_redis
+from backend.core.redis_keys import RedisKeys
 from backend.security import hash_token
 from backend.services.web_sessions import CSRF_HEADER, SESSION_COOKIE, find_session
 

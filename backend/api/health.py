@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from sqlalchemy import text
 
 from backend.api.deps import KeysDep, RedisDep, SessionDep
-from backend.leases import Heartbeats
+from backend.core.leases import Heartbeats
 
 router = APIRouter(prefix="/api/v1", tags=["health"])
 

@@ -11,8 +11,9 @@ from sqlalchemy import func, select
 from sqlmodel import col
 
 from backend.api.deps import CurrentTenant, DbId, KeysDep, Offset, RedisDep, SessionDep
-from backend.models import Decision, Job, JobStatus, LossRecord
-from backend.notify import publish_job_event, wake_scheduler
+from backend.core.models import Decision, Job, JobStatus, LossRecord
+from backend.core.notify import publish_job_event, wake_scheduler
+from backend.core.settings import get_settings
 from backend.scheduler.history import KEEP_POINTS
 from backend.scheduling.predictor import predict_curve
 from backend.scheduling.types import LossPoint
@@ -26,7 +27,6 @@ from backend.schemas import (
     Prediction,
 )
 from backend.services import jobs as job_service
-from backend.settings import get_settings
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 

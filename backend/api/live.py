@@ -17,8 +17,8 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 
 from backend.api.deps import CurrentTenant, DbId, KeysDep, SessionDep
-from backend.models import Job
-from backend.settings import get_settings
+from backend.core.models import Job
+from backend.core.settings import get_settings
 
 router = APIRouter(prefix="/api/v1", tags=["live"])
 

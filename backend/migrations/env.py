@@ -1,4 +1,4 @@
-"""Alembic environment: runs on the connection handed in by backend.db.migrate,
+"""Alembic environment: runs on the connection handed in by backend.core.db.migrate,
 or on sqlalchemy.url when invoked from the alembic command line."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel
 
-import backend.models  # noqa: F401  (registers the tables on SQLModel.metadata)
+import backend.core.models  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 config = context.config
 target_metadata = SQLModel.metadata

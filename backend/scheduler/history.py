@@ -11,7 +11,7 @@ from collections import deque
 from sqlalchemy import select
 from sqlmodel import Session, col
 
-from backend.models import LossRecord
+from backend.core.models import LossRecord
 from backend.scheduling.types import LossPoint
 
 # Points kept per job: enough for every predictor window, bounded memory.

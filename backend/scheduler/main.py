@@ -9,10 +9,10 @@ import socket
 import threading
 from typing import Any
 
-from backend.db import get_engine
-from backend.redis_conn import get_keys, get_redis
+from backend.core.db import get_engine
+from backend.core.redis_conn import get_keys, get_redis
+from backend.core.settings import get_settings
 from backend.scheduler.service import Scheduler, wait_for_wake
-from backend.settings import get_settings
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
-from backend.leases import Heartbeats, Leases
-from backend.models import Decision, Job, JobStatus, Tenant, as_utc, utcnow
-from backend.notify import publish_job_event
-from backend.portal_settings import active_policy_name
-from backend.redis_keys import RedisKeys
+from backend.core.leases import Heartbeats, Leases
+from backend.core.models import Decision, Job, JobStatus, Tenant, as_utc, utcnow
+from backend.core.notify import publish_job_event
+from backend.core.portal_settings import active_policy_name
+from backend.core.redis_keys import RedisKeys
 from backend.scheduler.history import HistoryCache
 from backend.scheduling.explain import explain_waiting
 from backend.scheduling.registry import make_policy

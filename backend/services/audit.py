@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from backend.models import AuditLog, User
+from backend.core.models import AuditLog, User
 
 
 def record(session: Session, *, actor: User, action: str, target: str,

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlmodel import Session, col
 
-from backend.models import FINISHED, Job, JobStatus, LossRecord, Tenant, User, as_utc, utcnow
+from backend.core.models import FINISHED, Job, JobStatus, LossRecord, Tenant, User, as_utc, utcnow
 from backend.schemas import JobCreate, JobPublic, LossHistory, StoppingRule
 from backend.services.quotas import check_submission, lock_tenant
 from backend.services.specs import validate_job_spec

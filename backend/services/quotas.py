@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select, update
 from sqlmodel import Session, col
 
-from backend.models import Job, JobStatus, Tenant
+from backend.core.models import Job, JobStatus, Tenant
 
 QUOTA_FIELDS = ("max_slots", "max_active_jobs", "max_queued_jobs", "max_iterations_per_job",
                 "share_weight")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from backend.core.upload_format import is_upload_ref, parse_upload_ref
 from workers.algorithms import ALGORITHMS
 from workers.algorithms.params import ParamSpec
 from workers.datasets import DATASETS
-from workers.uploaded import is_upload_ref, parse_upload_ref
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -122,7 +122,7 @@ def _validate_upload_spec(
         errors.append(SpecError(["dataset"], "uploaded datasets can only be used by a tenant"))
     else:
         if session is None:
-            from backend.db import session_scope
+            from backend.core.db import session_scope
 
             with session_scope() as own:
                 row = find_upload(own, upload_id, tenant_id)

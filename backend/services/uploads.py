@@ -24,9 +24,9 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from backend.models import FINISHED, Job, UploadedDataset
-from backend.settings import get_settings
-from workers.uploaded import UploadArrays, upload_ref, write_npz
+from backend.core.models import FINISHED, Job, UploadedDataset
+from backend.core.settings import get_settings
+from backend.core.upload_format import UploadArrays, upload_ref, write_npz
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 """Largest accepted request body for an upload (the CSV plus form overhead)."""

@@ -8,7 +8,7 @@ from datetime import timedelta
 from sqlalchemy import delete, select
 from sqlmodel import Session
 
-from backend.models import User, WebSession, as_utc, utcnow
+from backend.core.models import User, WebSession, as_utc, utcnow
 from backend.security import hash_token
 
 SESSION_COOKIE = "slaq_session"

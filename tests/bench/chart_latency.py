@@ -28,7 +28,7 @@ from typing import cast
 import httpx
 from playwright.sync_api import sync_playwright
 
-from backend.models import Role
+from backend.core.models import Role
 from tests.browser.helpers import CHROMIUM, CHROMIUM_ARGS, DESKTOP
 from tests.utils.portal import make_user_token, start_portal
 from tests.utils.services import BENCH_REDIS_DB, test_redis

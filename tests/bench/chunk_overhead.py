@@ -33,8 +33,8 @@ import httpx
 from sqlalchemy import select
 from sqlmodel import col
 
-from backend.db import engine_for, session_scope
-from backend.models import Decision, LossRecord, as_utc
+from backend.core.db import engine_for, session_scope
+from backend.core.models import Decision, LossRecord, as_utc
 from tests.utils.portal import make_user_token, start_portal
 from tests.utils.services import BENCH_REDIS_DB, test_redis
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select
 
-from backend.db import engine_for, session_scope
-from backend.models import Job, LossRecord, as_utc
+from backend.core.db import engine_for, session_scope
+from backend.core.models import Job, LossRecord, as_utc
 from backend.scheduling.metrics import Figures, figures
 from backend.scheduling.simulator import SimConfig, SimJob, SimResult, build_policy, simulate
 from backend.scheduling.trace import Trace, load_trace

@@ -22,7 +22,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from backend.models import Role
+from backend.core.models import Role
 from tests.browser.helpers import CHROMIUM, CHROMIUM_ARGS, DESKTOP, Account
 from tests.utils.portal import Portal, make_user_token, start_portal
 

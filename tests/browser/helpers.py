@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import Page, ViewportSize
 
-from backend.models import Role
+from backend.core.models import Role
 from tests.utils.portal import ROOT, Portal
 
 CHROMIUM = "/usr/bin/chromium"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from playwright.sync_api import Page, expect
 
-from backend.models import Role
+from backend.core.models import Role
 from tests.browser.helpers import PHONE, Account, api_client, screenshot, sign_in
 from tests.utils.portal import Portal
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Page, ViewportSize, expect
 
-from backend.models import Role
+from backend.core.models import Role
 from tests.browser.helpers import DESKTOP, PHONE, Account, api_client, screenshot, sign_in
 from tests.utils.portal import Portal
 from tests.utils.waiting import wait_until

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from backend.db import engine_for, session_scope
+from backend.core.db import engine_for, session_scope
+from backend.core.models import ApiToken, Role, Tenant, User
 from backend.main import app
-from backend.models import ApiToken, Role, Tenant, User
 from backend.security import hash_token
 from tests.utils.portal import Portal, make_user_token
 

@@ -10,10 +10,10 @@ import pytest
 import redis
 from sqlalchemy import select
 
-from backend.db import engine_for, migrate, session_scope
-from backend.leases import Heartbeats, Leases
-from backend.models import Job, JobStatus, LossRecord, Role
-from backend.redis_keys import RedisKeys
+from backend.core.db import engine_for, migrate, session_scope
+from backend.core.leases import Heartbeats, Leases
+from backend.core.models import Job, JobStatus, LossRecord, Role
+from backend.core.redis_keys import RedisKeys
 from backend.scheduler.service import Scheduler
 from backend.seed import ensure_tenant, ensure_user
 from workers.checkpoints import CheckpointStore

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 from sqlalchemy import func, select
 
-from backend.db import engine_for, session_scope
-from backend.models import Decision, LossRecord
+from backend.core.db import engine_for, session_scope
+from backend.core.models import Decision, LossRecord
 from tests.utils.portal import Portal
 from tests.utils.waiting import wait_until
 

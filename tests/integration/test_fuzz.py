@@ -24,9 +24,9 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from sqlalchemy import select
 
-from backend.db import engine_for, session_scope
+from backend.core.db import engine_for, session_scope
+from backend.core.models import ApiToken, Role, User
 from backend.main import app
-from backend.models import ApiToken, Role, User
 from backend.security import hash_token
 from backend.services.web_sessions import SESSION_COOKIE
 from tests.utils.portal import Portal, make_user_token

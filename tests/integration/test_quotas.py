@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from sqlalchemy import func, select
 
-from backend.db import engine_for, session_scope
-from backend.models import Decision, Job, Role, Tenant
+from backend.core.db import engine_for, session_scope
+from backend.core.models import Decision, Job, Role, Tenant
 from tests.utils.portal import Portal, make_user_token
 from tests.utils.waiting import wait_until
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend.redis_conn import free_port, reachable
+from backend.core.redis_conn import free_port, reachable
 from tests.utils.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

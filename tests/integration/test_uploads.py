@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from backend.models import Role
+from backend.core.models import Role
 from backend.services.uploads import MAX_UPLOAD_BYTES
 from tests.utils.portal import Portal, make_user_token
 from tests.utils.waiting import wait_until

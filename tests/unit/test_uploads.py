@@ -9,9 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend.services import uploads
-from backend.services.uploads import UploadError, parse_csv
-from workers.uploaded import (
+from backend.core.upload_format import (
     UploadArrays,
     is_upload_ref,
     parse_upload_ref,
@@ -19,6 +17,8 @@ from workers.uploaded import (
     upload_ref,
     write_npz,
 )
+from backend.services import uploads
+from backend.services.uploads import UploadError, parse_csv
 
 
 def _csv(text: str) -> io.BytesIO:

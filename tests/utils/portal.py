@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import redis
 
-from backend.db import engine_for, migrate, session_scope
-from backend.leases import Heartbeats
-from backend.models import ApiToken, Role
-from backend.redis_conn import free_port
-from backend.redis_keys import RedisKeys
+from backend.core.db import engine_for, migrate, session_scope
+from backend.core.leases import Heartbeats
+from backend.core.models import ApiToken, Role
+from backend.core.redis_conn import free_port
+from backend.core.redis_keys import RedisKeys
 from backend.security import hash_token, new_api_token, token_display_prefix
 from backend.seed import ensure_tenant, ensure_user
 

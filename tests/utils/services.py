@@ -13,7 +13,7 @@ from pathlib import Path
 import redis
 from sqlalchemy import create_engine, text
 
-from backend.redis_conn import reachable, start_private_redis
+from backend.core.redis_conn import reachable, start_private_redis
 
 TEST_REDIS_DB = 13
 BENCH_REDIS_DB = 12
@@ -72,7 +72,7 @@ def temp_postgres_db() -> Iterator[str]:
     try:
         yield f"{base}/{name}"
     finally:
-        from backend.db import engine_for
+        from backend.core.db import engine_for
 
         engine_for(f"{base}/{name}").dispose()
         with admin.connect() as conn:

@@ -12,7 +12,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
-MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).parent.parent / "migrations"
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -43,7 +43,7 @@ def engine_for(url: str) -> Engine:
 
 
 def get_engine() -> Engine:
-    from backend.settings import get_settings
+    from backend.core.settings import get_settings
 
     return engine_for(get_settings().effective_database_url)
 

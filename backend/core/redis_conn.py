@@ -11,8 +11,8 @@ from pathlib import Path
 
 import redis
 
-from backend.redis_keys import RedisKeys
-from backend.settings import get_settings
+from backend.core.redis_keys import RedisKeys
+from backend.core.settings import get_settings
 
 
 @lru_cache(maxsize=8)

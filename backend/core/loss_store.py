@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
-from backend.models import LossRecord, utcnow
+from backend.core.models import LossRecord, utcnow
 
 
 def insert_loss_points(

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from backend.redis_keys import RedisKeys
+from backend.core.redis_keys import RedisKeys
 
 # KEYS[1] = lease key of the job, KEYS[2] = leases sorted set
 # ARGV[1] = chunk_seq, ARGV[2] = ttl ms, ARGV[3] = job id, ARGV[4] = now ms

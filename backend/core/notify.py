@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 
-from backend.redis_keys import RedisKeys
+from backend.core.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
-from backend.models import PortalSetting, utcnow
+from backend.core.models import PortalSetting, utcnow
 
 POLICY_KEY = "active_policy"
 
