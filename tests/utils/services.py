@@ -15,7 +15,8 @@ from sqlalchemy import create_engine, text
 
 from backend.core.redis_conn import reachable, start_private_redis
 
-TEST_REDIS_DB = 13
+TEST_REDIS_DB = int(os.environ.get("SLAQ_TEST_REDIS_DB", "13"))
+"""Database 13 unless ``SLAQ_TEST_REDIS_DB`` names another, so two suites can run side by side."""
 BENCH_REDIS_DB = 12
 """Benchmarks flush their database too: never the one a running test suite uses."""
 PG_ADMIN_URL = os.environ.get("SLAQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
