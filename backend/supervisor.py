@@ -25,19 +25,55 @@ from backend.seed import seed
 log = logging.getLogger("slaq.supervisor")
 
 
+STABLE_SECONDS = 60.0
+"""A child that ran this long before exiting had settled: its back-off starts over."""
+FIRST_RESTART_SECONDS = 0.5
+"""Delay before restarting a child that crashed after a stable run."""
+MAX_RESTART_SECONDS = 30.0
+"""Longest delay between restarts of a child that keeps crashing at start."""
+
+
+def restart_delay(quick_failures: int) -> float:
+    """Back-off before the next start after ``quick_failures`` crashes in a row
+    that each came before the child had run ``STABLE_SECONDS``."""
+    return min(FIRST_RESTART_SECONDS * 2 ** quick_failures, MAX_RESTART_SECONDS)
+
+
 @dataclass
 class Child:
     name: str
     argv: list[str]
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    quick_failures: int = 0
     started: float = field(default=0.0)
+    restart_at: float | None = None
 
-    def start(self, env: dict[str, str]) -> None:
+    def start(self, env: dict[str, str], now: float | None = None) -> None:
         # Own process group: Ctrl-C reaches only the supervisor, which then
         # stops the children in order instead of all at once.
         self.proc = subprocess.Popen(self.argv, env=env, start_new_session=True)
-        self.started = time.monotonic()
+        self.started = time.monotonic() if now is None else now
+        self.restart_at = None
+
+    def check(self, env: dict[str, str], now: float) -> str | None:
+        """Notice an exit and schedule a restart, or restart when due; never
+        waits, so one crashing child does not delay watching the others.
+        Returns a line for the operator when something happened."""
+        if self.restart_at is not None:
+            if now >= self.restart_at:
+                self.restarts += 1
+                self.start(env, now)
+                return f"{self.name} restarted (restart {self.restarts})"
+            return None
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        if now - self.started >= STABLE_SECONDS:
+            self.quick_failures = 0
+        delay = restart_delay(self.quick_failures)
+        self.quick_failures += 1
+        self.restart_at = now + delay
+        return f"{self.name} exited with {self.proc.returncode}; restarting in {delay:g}s"
 
     def stop(self, timeout: float) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -105,15 +141,11 @@ Press Ctrl-C to stop.
     signal.signal(signal.SIGTERM, _stop)
     try:
         while not stopping:
-            time.sleep(0.5)
+            time.sleep(0.2)
             for child in procs:
-                if child.proc is not None and child.proc.poll() is not None and not stopping:
-                    child.restarts += 1
-                    delay = min(2 ** child.restarts, 30)
-                    print(f"{child.name} exited with {child.proc.returncode}; "
-                          f"restarting in {delay}s", flush=True)
-                    time.sleep(delay)
-                    child.start(env)
+                line = None if stopping else child.check(env, time.monotonic())
+                if line:
+                    print(line, flush=True)
     finally:
         print("Stopping...", flush=True)
         for child in procs:
