@@ -18,7 +18,6 @@ from backend.core.settings import get_settings
 log = logging.getLogger(__name__)
 
 
-
 def make_celery() -> Celery:
     settings = get_settings()
     queue = get_keys().chunk_queue
@@ -64,7 +63,8 @@ def _heartbeat_loop() -> None:
 
 
 @worker_process_init.connect
-def _start_heartbeat(**_: Any) -> None:
+def _start_slot(**_: Any) -> None:
+    os.nice(get_settings().worker_nice)
     _stop.clear()
     threading.Thread(target=_heartbeat_loop, name="slaq-heartbeat", daemon=True).start()
 

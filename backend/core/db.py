@@ -27,14 +27,22 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_engine(url: str) -> Engine:
+    from backend.core.settings import get_settings
+
+    # A request thread holds its connection from its first query until the
+    # response's teardown, which needs a thread of its own: with fewer
+    # connections than threads, threads blocked on the pool starve those
+    # teardowns and every request waits out the pool timeout.
+    pool = {"pool_size": 10, "max_overflow": get_settings().api_threads, "pool_timeout": 10}
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+                               **pool)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, **pool)
 
 
 @lru_cache(maxsize=8)

@@ -38,6 +38,14 @@ class Settings(BaseSettings):
     max_iterations_limit: int = Field(1_000_000, ge=1, description="Hard cap on any job")
     checkpoint_dir: Path | None = None
     task_time_limit: int = Field(300, ge=1, description="Hard Celery time limit per chunk")
+    api_threads: int = Field(
+        40, ge=1, le=1000,
+        description="Threads serving the API's blocking routes; the database pool holds as "
+        "many connections, so no request thread ever waits on the pool")
+    worker_nice: int = Field(
+        10, ge=0, le=19,
+        description="Scheduling niceness of worker processes: on a shared host, training "
+        "yields the CPU to the API and the scheduler, which answer people")
     admin_email: str = "admin@example.com"
     admin_password: str = "admin"
     demo_tenant: str = "demo"

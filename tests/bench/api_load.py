@@ -1,0 +1,160 @@
+"""API under concurrent clients: requests/s, latency percentiles and errors.
+
+    .venv/bin/python -m tests.bench.api_load [--db sqlite|postgres|both] [--seconds 60]
+
+A real portal (API, scheduler, 2 Celery worker slots) with 20 jobs training.
+Each client signs in with an API token and loops over what a browser tab or a
+script does: list the jobs, open a job, read its losses, and now and then
+(3%) submit a job. Three runs per database, figures side by side:
+
+- ``paced-200``: 200 clients that each wait 1 s between requests (about 200
+  requests/s offered), as browser tabs polling do;
+- ``max-20`` and ``max-200``: 20 and 200 clients sending back to back; the
+  200/20 throughput ratio says whether more clients cost throughput.
+
+The load generator shares the machine with the portal, so absolute figures
+are lower than on a dedicated client host; compare within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from tests.utils.portal import Portal, make_user_token, start_portal
+from tests.utils.services import BENCH_REDIS_DB, database, test_redis
+
+ACTIVE_JOBS = 20
+SUBMIT_SHARE = 0.03
+LONG_JOB = {"algorithm": "logistic_regression", "dataset": "digits",
+            "params": {"learning_rate": 0.01},
+            "stopping": {"max_iterations": 500_000, "tolerance": None}}
+
+
+@dataclass
+class Stats:
+    latencies: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def line(self, name: str) -> str:
+        n = len(self.latencies)
+        if n == 0:
+            return f"{name:>10}  no request completed; errors {dict(self.errors)}"
+        qs = statistics.quantiles(self.latencies, n=100) if n > 1 else self.latencies * 99
+        ms = [q * 1000 for q in (qs[49], qs[94], qs[98])]
+        return (f"{name:>10}  {n / self.seconds:7.1f} req/s  p50 {ms[0]:6.0f} ms  "
+                f"p95 {ms[1]:6.0f} ms  p99 {ms[2]:6.0f} ms  requests {n:6d}  "
+                f"errors {sum(self.errors.values())} {dict(self.errors) or ''}")
+
+
+async def _one_request(api: httpx.AsyncClient, job_ids: list[int], rng: random.Random) -> int:
+    roll = rng.random()
+    if roll < SUBMIT_SHARE:
+        spec = dict(LONG_JOB, stopping={"max_iterations": 200, "tolerance": None})
+        response = await api.post("/api/v1/jobs", json=spec)
+        return response.status_code
+    job = rng.choice(job_ids)
+    if roll < 0.35:
+        response = await api.get("/api/v1/jobs", params={"limit": 20})
+    elif roll < 0.7:
+        response = await api.get(f"/api/v1/jobs/{job}")
+    else:
+        response = await api.get(f"/api/v1/jobs/{job}/losses", params={"max_points": 500})
+    return response.status_code
+
+
+async def _client(api: httpx.AsyncClient, job_ids: list[int], stats: Stats, stop_at: float,
+                  pause: float, seed: int) -> None:
+    rng = random.Random(seed)
+    if pause:
+        await asyncio.sleep(rng.random() * pause)  # spread the first requests
+    while time.monotonic() < stop_at:
+        started = time.monotonic()
+        try:
+            code = await _one_request(api, job_ids, rng)
+            if code >= 400:
+                stats.errors[str(code)] += 1
+            else:
+                stats.latencies.append(time.monotonic() - started)
+        except httpx.HTTPError as exc:
+            stats.errors[type(exc).__name__] += 1
+        if pause:
+            await asyncio.sleep(pause)
+
+
+async def _run(base_url: str, token: str, job_ids: list[int], clients: int, pause: float,
+               seconds: float) -> Stats:
+    stats = Stats()
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits,
+                                 headers={"Authorization": f"Bearer {token}"}) as api:
+        started = time.monotonic()
+        stop_at = started + seconds
+        await asyncio.gather(*(_client(api, job_ids, stats, stop_at, pause, i)
+                               for i in range(clients)))
+        stats.seconds = time.monotonic() - started
+    return stats
+
+
+def bench_portal(portal: Portal, db_url: str, seconds: float) -> dict[str, Stats]:
+    token = make_user_token(db_url, tenant="load", email="load@load.test", max_slots=2,
+                            max_active_jobs=100_000, max_queued_jobs=100_000,
+                            max_iterations_per_job=10**6)
+    with httpx.Client(base_url=portal.base_url, timeout=30,
+                      headers={"Authorization": f"Bearer {token}"}) as api:
+        job_ids = []
+        for _ in range(ACTIVE_JOBS):
+            response = api.post("/api/v1/jobs", json=LONG_JOB)
+            response.raise_for_status()
+            job_ids.append(response.json()["id"])
+    results: dict[str, Stats] = {}
+    for name, clients, pause in (("paced-200", 200, 1.0), ("max-20", 20, 0.0),
+                                 ("max-200", 200, 0.0)):
+        results[name] = asyncio.run(_run(portal.base_url, token, job_ids, clients, pause,
+                                         seconds))
+        print(results[name].line(name), flush=True)
+    return results
+
+
+def run(db: str, seconds: float, root: Path) -> None:
+    with test_redis(root, db=BENCH_REDIS_DB) as redis_url, database(db, root) as db_url:
+        _measure(db, db_url, redis_url, root, seconds)
+
+
+def _measure(db: str, db_url: str, redis_url: str, root: Path, seconds: float) -> None:
+    print(f"\n{db}: {ACTIVE_JOBS} jobs training on 2 worker slots, {seconds:.0f} s per run")
+    portal = start_portal(data_dir=root / db, db_url=db_url, redis_url=redis_url, workers=2,
+                          policy="slaq", extra_env={"LOG_LEVEL": "WARNING"})
+    try:
+        results = bench_portal(portal, db_url, seconds)
+    finally:
+        portal.close()
+    slow, fast = results["max-20"], results["max-200"]
+    if slow.latencies and fast.latencies:
+        ratio = (len(fast.latencies) / fast.seconds) / (len(slow.latencies) / slow.seconds)
+        print(f"{'':>10}  throughput 200 clients / 20 clients: {ratio:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--keep", type=Path, help="keep the portals' logs in this directory")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for db in (["sqlite", "postgres"] if args.db == "both" else [args.db]):
+            run(db, args.seconds, args.keep or Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
