@@ -54,9 +54,7 @@ def _user_public(user: User) -> UserPublic:
 @router.get("/tenants", response_model=list[TenantPublic])
 def list_tenants(session: SessionDep, scope: TenantAdmin) -> list[TenantPublic]:
     """Tenants with quotas and current usage (a tenant admin sees only their own)."""
-    query = select(Tenant).order_by(Tenant.id)  # type: ignore[arg-type]
-    if not scope.is_platform_admin:
-        query = query.where(Tenant.id == scope.tenant.id)  # type: ignore[arg-type]
+    query = scope.filter(select(Tenant).order_by(col(Tenant.id)), col(Tenant.id))
     usage = usage_by_tenant(session)
     return [_tenant_public(t, usage.get(t.id or 0))
             for t in session.execute(query).scalars().all()]
@@ -107,17 +105,15 @@ def update_quotas(tenant_id: DbId, body: QuotaUpdate, session: SessionDep, scope
 @router.get("/users", response_model=list[UserPublic])
 def list_users(session: SessionDep, scope: TenantAdmin) -> list[UserPublic]:
     """Users (a tenant admin sees their own tenant's)."""
-    query = select(User).order_by(User.id)  # type: ignore[arg-type]
-    if not scope.is_platform_admin:
-        query = query.where(User.tenant_id == scope.tenant.id)  # type: ignore[arg-type]
+    query = scope.filter(select(User).order_by(col(User.id)), col(User.tenant_id))
     return [_user_public(u) for u in session.execute(query).scalars().all()]
 
 
 @router.post("/users", response_model=UserPublic, status_code=status.HTTP_201_CREATED)
 def create_user(body: UserCreate, session: SessionDep, scope: TenantAdmin) -> UserPublic:
     """Add a user; a tenant admin may add members and tenant admins to their own tenant."""
-    if not scope.is_platform_admin and (
-        body.tenant_id != scope.tenant.id or body.role == Role.platform_admin
+    if not scope.allows(body.tenant_id) or (
+        not scope.is_platform_admin and body.role == Role.platform_admin
     ):
         raise HTTPException(status.HTTP_403_FORBIDDEN,
                             "tenant admins may only add non-platform users to their own tenant")
@@ -138,9 +134,7 @@ def create_user(body: UserCreate, session: SessionDep, scope: TenantAdmin) -> Us
 def update_user(user_id: DbId, body: UserUpdate, session: SessionDep,
                 scope: TenantAdmin) -> UserPublic:
     """Change a user's role or deactivate them."""
-    user = session.get(User, user_id)
-    if user is None or not scope.allows(user.tenant_id):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"user {user_id} not found")
+    user = scope.get_owned(session, User, user_id)
     if not scope.is_platform_admin and (
         body.role == Role.platform_admin or user.role == Role.platform_admin
     ):
@@ -188,10 +182,10 @@ def change_policy(body: PolicyChange, session: SessionDep, scope: PlatformAdmin,
 def read_audit(session: SessionDep, scope: TenantAdmin,
                limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[AuditEntry]:
     """Admin actions, newest first (a tenant admin sees those about their tenant)."""
-    query = (select(AuditLog, col(User.email)).join(User, col(AuditLog.actor_id) == col(User.id))
-             .order_by(col(AuditLog.id).desc()).limit(limit))
-    if not scope.is_platform_admin:
-        query = query.where(AuditLog.tenant_id == scope.tenant.id)  # type: ignore[arg-type]
+    query = scope.filter(
+        select(AuditLog, col(User.email)).join(User, col(AuditLog.actor_id) == col(User.id))
+        .order_by(col(AuditLog.id).desc()).limit(limit),
+        col(AuditLog.tenant_id))
     return [AuditEntry(id=a.id or 0, actor_email=email, tenant_id=a.tenant_id, action=a.action,
                        target=a.target, details=a.details, created_at=a.created_at)
             for a, email in session.execute(query).all()]

@@ -15,6 +15,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import select
+from sqlmodel import col
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
@@ -153,25 +154,15 @@ def _create(session: SessionDep, scope: CurrentTenant, file: UploadFile, name: s
 @router.get("", response_model=list[DatasetPublic])
 def list_datasets(session: SessionDep, scope: CurrentTenant) -> list[DatasetPublic]:
     """Your tenant's uploaded datasets, newest first (a platform admin sees every tenant's)."""
-    query = select(UploadedDataset)
-    if not scope.is_platform_admin:
-        query = query.where(UploadedDataset.tenant_id == scope.tenant.id)  # type: ignore[arg-type]
-    rows = session.execute(query.order_by(UploadedDataset.id.desc())).scalars().all()  # type: ignore[union-attr]
+    query = scope.filter(select(UploadedDataset), col(UploadedDataset.tenant_id))
+    rows = session.execute(query.order_by(col(UploadedDataset.id).desc())).scalars().all()
     return [_public(r) for r in rows]
-
-
-def _owned(session: SessionDep, scope: CurrentTenant, dataset_id: int) -> UploadedDataset:
-    row = uploads.find_upload(session, dataset_id,
-                              None if scope.is_platform_admin else scope.tenant.id)
-    if row is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"dataset {dataset_id} not found")
-    return row
 
 
 @router.get("/{dataset_id}", response_model=DatasetPublic)
 def get_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant) -> DatasetPublic:
     """One uploaded dataset: its shape, task and the name jobs use for it."""
-    return _public(_owned(session, scope, dataset_id))
+    return _public(scope.get_owned(session, UploadedDataset, dataset_id, noun="dataset"))
 
 
 @router.delete("/{dataset_id}", status_code=status.HTTP_204_NO_CONTENT,
@@ -179,7 +170,7 @@ def get_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant) -> 
 def delete_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant) -> None:
     """Delete an uploaded dataset (its uploader or an admin); refused (409) while an
     unfinished job uses it."""
-    row = _owned(session, scope, dataset_id)
+    row = scope.get_owned(session, UploadedDataset, dataset_id, noun="dataset")
     if row.user_id != scope.user.id and scope.user.role == Role.member:
         raise HTTPException(status.HTTP_403_FORBIDDEN,
                             "only the uploader or a tenant admin can delete this dataset")

@@ -1,8 +1,9 @@
 """Request dependencies: database session, caller, and the caller's tenant.
 
 Every route that touches tenant data takes ``CurrentTenant`` (or
-``CurrentUser``) and filters by it; this is the one place that decides who
-the caller is.
+``CurrentUser``) and scopes its reads with ``TenantScope.filter`` and
+``TenantScope.get_owned``; this is the one place that decides who the caller
+is and which tenants' rows they may see.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any, Protocol, TypeVar
 
 import redis
 from fastapi import Depends, HTTPException, Path, Query, Request, status
-from sqlalchemy import select
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Mapped
 from sqlmodel import Session
 
 from backend.core.db import get_engine
@@ -101,6 +103,14 @@ def get_current_user(request: Request, session: SessionDep) -> User:
 CurrentUser = Annotated[User, Depends(get_current_user)]
 
 
+class _TenantOwned(Protocol):
+    tenant_id: int
+
+
+_Row = TypeVar("_Row", bound=_TenantOwned)
+_Query = TypeVar("_Query", bound=Select[*tuple[Any, ...]])
+
+
 @dataclass(frozen=True)
 class TenantScope:
     """Whose data the caller may see: one tenant, or every tenant for a
@@ -113,8 +123,31 @@ class TenantScope:
     def is_platform_admin(self) -> bool:
         return self.user.role == Role.platform_admin
 
+    @property
+    def only_tenant_id(self) -> int | None:
+        """The one tenant the caller is confined to; None for a platform admin."""
+        return None if self.is_platform_admin else self.tenant.id
+
     def allows(self, tenant_id: int) -> bool:
         return self.is_platform_admin or tenant_id == self.tenant.id
+
+    def filter(self, query: _Query, tenant_column: Mapped[Any]) -> _Query:
+        """``query`` restricted to rows whose ``tenant_column`` is the caller's
+        tenant; a platform admin's query is left whole."""
+        if self.is_platform_admin:
+            return query
+        return query.where(tenant_column == self.tenant.id)
+
+    def get_owned(self, session: Session, model: type[_Row], row_id: int, *,
+                  noun: str | None = None) -> _Row:
+        """The row, or a 404 naming ``noun`` (default: the model's name)."""
+        row = session.get(model, row_id)
+        # Another tenant's row is reported as missing, not forbidden: its
+        # existence is none of the caller's business.
+        if row is None or not self.allows(row.tenant_id):
+            raise HTTPException(status.HTTP_404_NOT_FOUND,
+                                f"{noun or model.__name__.lower()} {row_id} not found")
+        return row
 
 
 def get_current_tenant(user: CurrentUser, session: SessionDep) -> TenantScope:

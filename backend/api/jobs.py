@@ -13,7 +13,6 @@ from sqlmodel import col
 from backend.api.deps import CurrentTenant, DbId, KeysDep, Offset, RedisDep, SessionDep
 from backend.core.models import Decision, Job, JobStatus, LossRecord
 from backend.core.notify import publish_job_event, wake_scheduler
-from backend.core.settings import get_settings
 from backend.scheduler.history import KEEP_POINTS
 from backend.scheduling.predictor import predict_curve
 from backend.scheduling.types import LossPoint
@@ -31,28 +30,13 @@ from backend.services import jobs as job_service
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 
-def _owned_job(session: SessionDep, scope: CurrentTenant, job_id: int) -> Job:
-    job = session.get(Job, job_id)
-    # Another tenant's job is reported as missing, not forbidden: its
-    # existence is none of the caller's business.
-    if job is None or not scope.allows(job.tenant_id):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} not found")
-    return job
-
-
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic)
 def submit_job(job_in: JobCreate, session: SessionDep, scope: CurrentTenant,
                client: RedisDep, keys: KeysDep) -> JobPublic:
     """Submit a training job; it is queued and the scheduler is woken."""
-    limit = min(get_settings().max_iterations_limit, scope.tenant.max_iterations_per_job)
-    if job_in.stopping.max_iterations > limit:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, [{
-            "loc": ["body", "stopping", "max_iterations"],
-            "msg": f"max_iterations {job_in.stopping.max_iterations} is over the limit of "
-                   f"{limit} for tenant {scope.tenant.name}",
-            "type": "value_error"}])
+    # SpecErrors (422) and QuotaExceeded (409) become responses in backend.main.
     job = job_service.create_job(session=session, job_in=job_in, user=scope.user,
-                                 tenant=scope.tenant, max_iterations_limit=limit)
+                                 tenant=scope.tenant)
     wake_scheduler(client, keys, f"submit {job.id}")
     publish_job_event(client, keys, job_id=job.id, tenant_id=job.tenant_id, status=job.status)
     return job_service.to_public(job)
@@ -95,11 +79,8 @@ def list_jobs(
     offset: Offset = 0,
 ) -> Page[JobPublic]:
     """List your tenant's jobs, newest first, optionally filtered by status."""
-    query = select(Job)
-    count = select(func.count()).select_from(Job)
-    if not scope.is_platform_admin:
-        query = query.where(Job.tenant_id == scope.tenant.id)  # type: ignore[arg-type]
-        count = count.where(Job.tenant_id == scope.tenant.id)  # type: ignore[arg-type]
+    query = scope.filter(select(Job), col(Job.tenant_id))
+    count = scope.filter(select(func.count()).select_from(Job), col(Job.tenant_id))
     if status_filter is not None:
         query = query.where(Job.status == status_filter)  # type: ignore[arg-type]
         count = count.where(Job.status == status_filter)  # type: ignore[arg-type]
@@ -117,7 +98,7 @@ def get_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: Red
             keys: KeysDep) -> JobPublic:
     """One job: status, progress, losses, timing; for a waiting job, its place in
     the queue and the scheduler's reason and predicted gain."""
-    job = _owned_job(session, scope, job_id)
+    job = scope.get_owned(session, Job, job_id)
     return _public(job, _waiting_info(client, keys, [job]))
 
 
@@ -125,7 +106,7 @@ def get_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: Red
 def get_losses(job_id: DbId, session: SessionDep, scope: CurrentTenant,
                max_points: Annotated[int, Query(ge=10, le=100_000)] = 2000) -> LossHistory:
     """Loss history, downsampled to at most ``max_points`` points."""
-    job = _owned_job(session, scope, job_id)
+    job = scope.get_owned(session, Job, job_id)
     return job_service.loss_history(session=session, job_id=job.id or 0, max_points=max_points)
 
 
@@ -133,7 +114,7 @@ def get_losses(job_id: DbId, session: SessionDep, scope: CurrentTenant,
 def get_prediction(job_id: DbId, session: SessionDep, scope: CurrentTenant,
                    horizon: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> Prediction:
     """The predictor's loss curve ahead of the job, with its confidence band."""
-    job = _owned_job(session, scope, job_id)
+    job = scope.get_owned(session, Job, job_id)
     rows = session.execute(
         select(col(LossRecord.iteration), col(LossRecord.loss), col(LossRecord.seconds))
         .where(col(LossRecord.job_id) == job.id)
@@ -152,7 +133,7 @@ def get_prediction(job_id: DbId, session: SessionDep, scope: CurrentTenant,
 def get_decisions(job_id: DbId, session: SessionDep, scope: CurrentTenant,
                   limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[DecisionPublic]:
     """The scheduler's recorded grants for this job, newest first."""
-    job = _owned_job(session, scope, job_id)
+    job = scope.get_owned(session, Job, job_id)
     rows = session.execute(
         select(Decision).where(Decision.job_id == job.id)  # type: ignore[arg-type]
         .order_by(Decision.id.desc()).limit(limit)  # type: ignore[union-attr]
@@ -164,7 +145,7 @@ def get_decisions(job_id: DbId, session: SessionDep, scope: CurrentTenant,
 
 def _control(action: str, job_id: int, session: SessionDep, scope: CurrentTenant,
              client: RedisDep, keys: KeysDep) -> JobPublic:
-    job = _owned_job(session, scope, job_id)
+    job = scope.get_owned(session, Job, job_id)
     try:
         job = job_service.change_state(session=session, job=job, action=action)
     except job_service.JobStateError as exc:

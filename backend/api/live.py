@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import redis.asyncio as aioredis
-from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from backend.api.deps import CurrentTenant, DbId, KeysDep, SessionDep
@@ -70,9 +70,7 @@ async def stream_losses(
     after_iteration: Annotated[int, Query(ge=0)] = 0,
 ) -> StreamingResponse:
     """Live loss points (SSE ``points`` events) with iteration > ``after_iteration``."""
-    job = session.get(Job, job_id)
-    if job is None or not scope.allows(job.tenant_id):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} not found")
+    scope.get_owned(session, Job, job_id)
     session.close()  # don't hold a DB connection for the life of the stream
     return StreamingResponse(_points(request, keys.job_stream(job_id), after_iteration, job_id),
                              media_type="text/event-stream",
@@ -105,8 +103,7 @@ async def stream_events(request: Request, scope: CurrentTenant, keys: KeysDep,
                         session: SessionDep) -> StreamingResponse:
     """Live "job changed" events (SSE ``job``) for your tenant's jobs."""
     session.close()
-    tenant = None if scope.is_platform_admin else scope.tenant.id
-    return StreamingResponse(_events(request, keys.events, tenant),
+    return StreamingResponse(_events(request, keys.events, scope.only_tenant_id),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

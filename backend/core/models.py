@@ -36,7 +36,6 @@ class JobStatus(StrEnum):
     cancelled = "cancelled"
 
 
-RUNNABLE = (JobStatus.queued, JobStatus.running)
 FINISHED = (JobStatus.completed, JobStatus.failed, JobStatus.cancelled)
 
 

@@ -7,26 +7,27 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlmodel import Session, col
 
-from backend.core.models import FINISHED, Job, JobStatus, LossRecord, Tenant, User, as_utc, utcnow
+from backend.core.models import Job, JobStatus, LossRecord, Tenant, User, as_utc, utcnow
+from backend.core.settings import get_settings
 from backend.schemas import JobCreate, JobPublic, LossHistory, StoppingRule
 from backend.services.quotas import check_submission, lock_tenant
-from backend.services.specs import validate_job_spec
+from backend.services.specs import SpecError, SpecErrors, validate_job_spec
 
 
 class JobStateError(Exception):
     """The job's current state does not allow the requested action."""
 
 
-def create_job(*, session: Session, job_in: JobCreate, user: User, tenant: Tenant,
-               max_iterations_limit: int) -> Job:
-    """Validate ``job_in`` and insert it as queued, atomically within the
-    tenant's quotas; raises SpecErrors or QuotaExceeded."""
+def create_job(*, session: Session, job_in: JobCreate, user: User, tenant: Tenant) -> Job:
+    """Check ``job_in`` against the catalogues, the iteration limit and the
+    tenant's quotas, and insert it as queued; raises SpecErrors or QuotaExceeded."""
+    _check_iteration_limit(job_in=job_in, tenant=tenant)
     params, dataset_params = validate_job_spec(
-        job_in.algorithm, job_in.dataset, job_in.params, job_in.dataset_params,
-        tenant_id=tenant.id, session=session,
+        algorithm=job_in.algorithm, dataset=job_in.dataset, params=job_in.params,
+        dataset_params=job_in.dataset_params, tenant_id=tenant.id or 0, session=session,
     )
-    lock_tenant(session, tenant.id or 0)
-    check_submission(session, tenant)
+    lock_tenant(session=session, tenant_id=tenant.id or 0)
+    check_submission(session=session, tenant=tenant)
     job = Job(
         tenant_id=tenant.id or 0,
         user_id=user.id or 0,
@@ -46,6 +47,15 @@ def create_job(*, session: Session, job_in: JobCreate, user: User, tenant: Tenan
     session.commit()
     session.refresh(job)
     return job
+
+
+def _check_iteration_limit(*, job_in: JobCreate, tenant: Tenant) -> None:
+    limit = min(get_settings().max_iterations_limit, tenant.max_iterations_per_job)
+    asked = job_in.stopping.max_iterations
+    if asked > limit:
+        raise SpecErrors([SpecError(["stopping", "max_iterations"],
+                                    f"max_iterations {asked} is over the limit of {limit} "
+                                    f"for tenant {tenant.name}")])
 
 
 _TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -153,7 +163,3 @@ def _downsample(its: list[int], losses: list[float], n: int) -> tuple[list[int],
     out_i.append(its[-1])
     out_l.append(losses[-1])
     return out_i, out_l
-
-
-def is_finished(job: Job) -> bool:
-    return job.status in FINISHED

@@ -47,11 +47,11 @@ def usage_by_tenant(session: Session) -> dict[int, Usage]:
     }
 
 
-def tenant_usage(session: Session, tenant_id: int) -> Usage:
+def tenant_usage(*, session: Session, tenant_id: int) -> Usage:
     return usage_by_tenant(session).get(tenant_id, Usage(0, 0, 0))
 
 
-def lock_tenant(session: Session, tenant_id: int) -> None:
+def lock_tenant(*, session: Session, tenant_id: int) -> None:
     """Serialise submissions of one tenant until the transaction ends.
 
     A no-op UPDATE takes PostgreSQL's row lock and SQLite's write lock, so a
@@ -61,11 +61,11 @@ def lock_tenant(session: Session, tenant_id: int) -> None:
                     .values(max_slots=Tenant.max_slots))
 
 
-def check_submission(session: Session, tenant: Tenant) -> None:
+def check_submission(*, session: Session, tenant: Tenant) -> None:
     """Raise QuotaExceeded if one more queued job would break a quota.
     Call after :func:`lock_tenant`, in the same transaction as the insert."""
     session.refresh(tenant)  # an admin may have just changed the quotas
-    usage = tenant_usage(session, tenant.id or 0)
+    usage = tenant_usage(session=session, tenant_id=tenant.id or 0)
     if usage.active_jobs >= tenant.max_active_jobs:
         raise QuotaExceeded("max_active_jobs", tenant.max_active_jobs, usage.active_jobs,
                             f"quota max_active_jobs reached: tenant {tenant.name} has "

@@ -24,7 +24,7 @@ class SpecError(ValueError):
 
 
 def validate_params(
-    specs: Sequence[ParamSpec], raw: Mapping[str, Any], loc: Sequence[str]
+    specs: Sequence[ParamSpec], raw: Mapping[str, Any], *, loc: Sequence[str]
 ) -> dict[str, Any]:
     """Check ``raw`` against ``specs`` and fill defaults.
 
@@ -64,14 +64,12 @@ class SpecErrors(ValueError):
 
 
 def validate_job_spec(
-    algorithm: str, dataset: str, params: Mapping[str, Any], dataset_params: Mapping[str, Any],
-    *, tenant_id: int | None = None, session: Session | None = None,
+    *, algorithm: str, dataset: str, params: Mapping[str, Any],
+    dataset_params: Mapping[str, Any], tenant_id: int, session: Session,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Returns (params, dataset_params) with defaults filled; raises SpecErrors.
 
-    ``dataset`` may name a tenant's upload as ``upload:<id>``; that needs
-    ``tenant_id`` (the submitting tenant, which must own the upload) and reads
-    the database through ``session`` (a new session when None).
+    ``dataset`` may name an upload of tenant ``tenant_id`` as ``upload:<id>``.
     """
     errors: list[SpecError] = []
     algo = ALGORITHMS.get(algorithm)
@@ -79,7 +77,8 @@ def validate_job_spec(
         errors.append(SpecError(["algorithm"], f"unknown algorithm {algorithm!r}; choose one of "
                                 f"{', '.join(sorted(ALGORITHMS))}"))
     if is_upload_ref(dataset):
-        return _validate_upload_spec(algorithm, dataset, params, dataset_params, errors,
+        return _validate_upload_spec(algorithm=algorithm, dataset=dataset, params=params,
+                                     dataset_params=dataset_params, errors=errors,
                                      tenant_id=tenant_id, session=session)
     data = DATASETS.get(dataset)
     if data is None:
@@ -99,7 +98,7 @@ def validate_job_spec(
         (clean_data, data.params, dataset_params, "dataset_params"),
     ):
         try:
-            target.update(validate_params(specs, raw, [loc]))
+            target.update(validate_params(specs, raw, loc=[loc]))
         except SpecErrors as exc:
             errors.extend(exc.errors)
     if errors:
@@ -108,8 +107,9 @@ def validate_job_spec(
 
 
 def _validate_upload_spec(
-    algorithm: str, dataset: str, params: Mapping[str, Any], dataset_params: Mapping[str, Any],
-    errors: list[SpecError], *, tenant_id: int | None, session: Session | None,
+    *, algorithm: str, dataset: str, params: Mapping[str, Any],
+    dataset_params: Mapping[str, Any], errors: list[SpecError], tenant_id: int,
+    session: Session,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     from backend.services.uploads import find_upload, upload_tasks
 
@@ -118,16 +118,8 @@ def _validate_upload_spec(
     if upload_id is None:
         errors.append(SpecError(["dataset"], f"{dataset!r}: an uploaded dataset is named "
                                 "upload:<id>, with the id from GET /api/v1/datasets"))
-    elif tenant_id is None:
-        errors.append(SpecError(["dataset"], "uploaded datasets can only be used by a tenant"))
     else:
-        if session is None:
-            from backend.core.db import session_scope
-
-            with session_scope() as own:
-                row = find_upload(own, upload_id, tenant_id)
-        else:
-            row = find_upload(session, upload_id, tenant_id)
+        row = find_upload(session, upload_id, tenant_id)
         if row is None:
             errors.append(SpecError(["dataset"], f"uploaded dataset {upload_id} not found; "
                                     "see GET /api/v1/datasets"))
@@ -144,7 +136,7 @@ def _validate_upload_spec(
     clean_params: dict[str, Any] = {}
     if algo is not None:
         try:
-            clean_params = validate_params(algo.params, params, ["params"])
+            clean_params = validate_params(algo.params, params, loc=["params"])
         except SpecErrors as exc:
             errors.extend(exc.errors)
     if errors:
