@@ -6,10 +6,14 @@ from pathlib import Path
 
 import plotly
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from backend.api import admin, auth, catalog, cluster, datasets, health, jobs, live, pages
+from backend.api.body_guard import JsonBodyGuard, json_safe
+from backend.api.request_limit import ConcurrencyLimit
+from backend.core.settings import get_settings
 from backend.services.quotas import QuotaExceeded
 from backend.services.specs import SpecErrors
 
@@ -34,6 +38,15 @@ def create_app() -> FastAPI:
                   for e in exc.errors]
         return JSONResponse(status_code=422, content={"detail": detail})
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI echoes the offending input; a value JSON cannot carry (a
+        # non-finite number from a query string, say) must not turn the 422
+        # into a 500.
+        detail = [{key: json_safe(value) for key, value in error.items() if key != "url"}
+                  for error in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": detail})
+
     @app.exception_handler(QuotaExceeded)
     async def _quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
         return JSONResponse(status_code=409, content={"detail": {
@@ -44,11 +57,9 @@ def create_app() -> FastAPI:
         return FileResponse(PLOTLY_JS, media_type="application/javascript")
 
     app.mount("/static", StaticFiles(directory=FRONTEND_DIR / "static"), name="static")
-
-    @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
-        return FileResponse(FRONTEND_DIR / "index.html")
-
+    app.add_middleware(JsonBodyGuard)
+    app.add_middleware(ConcurrencyLimit, limit=get_settings().api_threads,
+                       exempt_prefixes=("/static/",), exempt_suffixes=("/stream", "/events"))
     return app
 
 

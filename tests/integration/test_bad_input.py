@@ -1,0 +1,94 @@
+"""Values JSON should not carry (non-finite numbers, lone surrogates, NUL,
+over-long strings) are refused with a 422 naming the field; nothing is
+stored, and the same kept-alive connection goes on working."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from backend.core.models import Role
+from tests.utils.portal import Portal, make_user_token
+
+GOOD = ('{"name": "ok", "algorithm": "logistic_regression", "dataset": "iris", '
+        '"seed": 1, "stopping": {"max_iterations": 100, "tolerance": 0.0001}}')
+
+BAD_SPECS = [
+    (GOOD.replace('"tolerance": 0.0001', '"tolerance": NaN'), ["body", "stopping", "tolerance"],
+     "finite"),
+    (GOOD.replace('"max_iterations": 100', '"max_iterations": Infinity'),
+     ["body", "stopping", "max_iterations"], "finite"),
+    (GOOD.replace('"seed": 1', '"seed": -Infinity'), ["body", "seed"], "finite"),
+    (GOOD.replace('"max_iterations": 100', '"max_iterations": 100, "target_loss": 1e999'),
+     ["body", "stopping", "target_loss"], "finite"),
+    (GOOD.replace('"max_iterations": 100', '"max_iterations": 100, "target_loss": Infinity'),
+     ["body", "stopping", "target_loss"], "finite"),
+    (GOOD.replace('"ok"', '"a\\ud800b"'), ["body", "name"], "unicode"),
+    (GOOD.replace('"ok"', '"a\\u0000b"'), ["body", "name"], "nul"),
+    (GOOD.replace('"ok"', json.dumps("x" * 20_000)), ["body", "name"], "too long"),
+]
+
+
+def _count(api: httpx.Client) -> int:
+    return int(api.get("/api/v1/jobs").json()["total"])
+
+
+def _field_error(resp: httpx.Response, loc: list[str]) -> str:
+    assert resp.status_code == 422, resp.text
+    detail = resp.json()["detail"]
+    matching = [d for d in detail if d["loc"][: len(loc)] == loc]
+    assert matching, f"no error at {loc}: {detail}"
+    return str(matching[0]["msg"]).lower()
+
+
+@pytest.mark.parametrize(("body", "loc", "words"), BAD_SPECS)
+def test_bad_value_in_a_job_spec_is_a_422_and_stores_nothing(
+        api: httpx.Client, body: str, loc: list[str], words: str) -> None:
+    before = _count(api)
+    resp = api.post("/api/v1/jobs", content=body.encode(),
+                    headers={"content-type": "application/json"})
+    assert words in _field_error(resp, loc)
+    # Same client, same kept-alive connection: still served.
+    assert _count(api) == before
+
+
+def test_the_good_spec_these_are_made_from_is_accepted(api: httpx.Client) -> None:
+    resp = api.post("/api/v1/jobs", content=GOOD.encode(),
+                    headers={"content-type": "application/json"})
+    assert resp.status_code == 201, resp.text
+    api.post(f"/api/v1/jobs/{resp.json()['id']}/cancel")
+
+
+def test_non_finite_number_in_a_query_string_is_a_422(api: httpx.Client) -> None:
+    resp = api.get("/api/v1/jobs", params={"limit": "NaN"})
+    assert "integer" in _field_error(resp, ["query", "limit"])
+    assert api.get("/api/v1/jobs").status_code == 200
+
+
+def test_lone_surrogate_in_a_login_email_is_a_422(portal: Portal) -> None:
+    body = '{"email": "a\\udc00@example.com", "password": "whatever-long-enough"}'
+    with httpx.Client(base_url=portal.base_url, timeout=30) as client:
+        resp = client.post("/api/v1/auth/token", content=body.encode(),
+                           headers={"content-type": "application/json"})
+        assert "unicode" in _field_error(resp, ["body", "email"])
+        assert client.get("/api/v1/health").status_code == 200
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_non_finite_share_weight_is_a_422_and_changes_nothing(portal: Portal,
+                                                              value: str) -> None:
+    token = make_user_token(portal.db_url, tenant="ops", email="root@ops.test",
+                            role=Role.platform_admin)
+    with httpx.Client(base_url=portal.base_url, timeout=30,
+                      headers={"Authorization": f"Bearer {token}"}) as admin:
+        tenants = admin.get("/api/v1/admin/tenants").json()
+        assert tenants
+        target = tenants[0]
+        resp = admin.patch(f"/api/v1/admin/tenants/{target['id']}",
+                           content=f'{{"share_weight": {value}}}'.encode(),
+                           headers={"content-type": "application/json"})
+        assert "finite" in _field_error(resp, ["body", "share_weight"])
+        after = {t["id"]: t for t in admin.get("/api/v1/admin/tenants").json()}
+        assert after[target["id"]]["quotas"] == target["quotas"]
