@@ -9,7 +9,7 @@ is and which tenants' rows they may see.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar
 
@@ -27,7 +27,10 @@ from backend.security import hash_token
 from backend.services.web_sessions import CSRF_HEADER, SESSION_COOKIE, find_session
 
 
-def get_session() -> Iterator[Session]:
+async def get_session() -> AsyncIterator[Session]:
+    # Async so that opening and closing cost no thread-pool hops: a Session
+    # connects lazily, on the route's first query (in the route's thread),
+    # and closing only hands its connection back to the pool.
     with Session(get_engine(), expire_on_commit=False) as session:
         yield session
 
@@ -39,8 +42,20 @@ SessionDep = Annotated[Session, Depends(get_session)]
 DB_INT_MAX = 2**31 - 1
 DbId = Annotated[int, Path(ge=1, le=DB_INT_MAX)]
 Offset = Annotated[int, Query(ge=0, le=DB_INT_MAX)]
-RedisDep = Annotated[redis.Redis, Depends(get_redis)]
-KeysDep = Annotated[RedisKeys, Depends(get_keys)]
+
+
+# Async on purpose: a plain function dependency costs a thread-pool hop per
+# request, and these only hand back process-wide objects.
+async def _redis_client() -> redis.Redis:
+    return get_redis()
+
+
+async def _redis_keys() -> RedisKeys:
+    return get_keys()
+
+
+RedisDep = Annotated[redis.Redis, Depends(_redis_client)]
+KeysDep = Annotated[RedisKeys, Depends(_redis_keys)]
 
 _UNAUTHORIZED = HTTPException(
     status_code=status.HTTP_401_UNAUTHORIZED,
@@ -58,21 +73,23 @@ def _bearer(request: Request) -> str | None:
     return None
 
 
-def _user_from_token(session: Session, token: str) -> User:
+def _caller_from_token(session: Session, token: str) -> tuple[User, Tenant]:
+    # One query for token, user and tenant: this runs on every API request.
     row = session.execute(
-        select(ApiToken, User)
+        select(ApiToken, User, Tenant)
         .join(User, ApiToken.user_id == User.id)  # type: ignore[arg-type]
+        .join(Tenant, User.tenant_id == Tenant.id)  # type: ignore[arg-type]
         .where(ApiToken.token_hash == hash_token(token))  # type: ignore[arg-type]
     ).first()
     if row is None:
         raise _UNAUTHORIZED
-    api_token, user = row
+    api_token, user, tenant = row
     now = utcnow()
     if api_token.revoked_at is not None or (
         api_token.expires_at is not None and as_utc(api_token.expires_at) <= now
     ) or not user.is_active:
         raise _UNAUTHORIZED
-    return user
+    return user, tenant
 
 
 def _user_from_cookie(request: Request, session: Session, cookie: str) -> User:
@@ -89,15 +106,23 @@ def _user_from_cookie(request: Request, session: Session, cookie: str) -> User:
     return user
 
 
-def get_current_user(request: Request, session: SessionDep) -> User:
-    """The caller, from a bearer API token or a browser session cookie."""
+def _caller(request: Request, session: Session) -> tuple[User, Tenant]:
     token = _bearer(request)
     if token is not None:
-        return _user_from_token(session, token)
+        return _caller_from_token(session, token)
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie:
-        return _user_from_cookie(request, session, cookie)
+        user = _user_from_cookie(request, session, cookie)
+        tenant = session.get(Tenant, user.tenant_id)
+        if tenant is None:
+            raise _UNAUTHORIZED
+        return user, tenant
     raise _UNAUTHORIZED
+
+
+def get_current_user(request: Request, session: SessionDep) -> User:
+    """The caller, from a bearer API token or a browser session cookie."""
+    return _caller(request, session)[0]
 
 
 CurrentUser = Annotated[User, Depends(get_current_user)]
@@ -150,10 +175,9 @@ class TenantScope:
         return row
 
 
-def get_current_tenant(user: CurrentUser, session: SessionDep) -> TenantScope:
-    tenant = session.get(Tenant, user.tenant_id)
-    if tenant is None:
-        raise _UNAUTHORIZED
+def get_current_tenant(request: Request, session: SessionDep) -> TenantScope:
+    """The caller and their tenant, found together (one dependency, one query)."""
+    user, tenant = _caller(request, session)
     return TenantScope(tenant=tenant, user=user)
 
 
