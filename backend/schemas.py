@@ -246,3 +246,4 @@ class Prediction(BaseModel):
     job_id: int
     from_iteration: int
     points: list[PredictedPoint] = Field(description="Empty while the job has too little history")
+    family: str | None = Field(None, description="The curve family the scheduler fitted")

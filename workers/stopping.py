@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 # A loss this many times its starting value means training has diverged.
 DIVERGENCE_FACTOR = 1e4
@@ -18,10 +19,22 @@ class StopRule:
     window: int = 10
 
 
+class VerdictStatus(StrEnum):
+    """How a stopping rule ends a job; the values are the job statuses they set."""
+
+    completed = "completed"
+    failed = "failed"
+
+
 @dataclass(frozen=True)
 class Verdict:
-    status: str  # "completed" or "failed"
+    # Typed str so callers that still pass "failed" type-check; __post_init__
+    # turns it into a VerdictStatus, which rejects any other value.
+    status: str
     reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", VerdictStatus(self.status))
 
 
 def check(
@@ -34,24 +47,24 @@ def check(
     """
     last = losses[-1]
     if not math.isfinite(last):
-        return Verdict("failed", f"loss became {last} at iteration {iteration}")
+        return Verdict(VerdictStatus.failed, f"loss became {last} at iteration {iteration}")
     if abs(last) > DIVERGENCE_FACTOR * max(abs(initial), 1.0):
         return Verdict(
-            "failed",
+            VerdictStatus.failed,
             f"loss diverged at iteration {iteration}: {last:.4g} from {initial:.4g} "
             "(try a smaller learning rate)",
         )
     if rule.target_loss is not None and last <= rule.target_loss:
-        return Verdict("completed", f"reached target loss {rule.target_loss:g}")
+        return Verdict(VerdictStatus.completed, f"reached target loss {rule.target_loss:g}")
     if rule.tolerance is not None and len(losses) > rule.window:
         before = losses[-1 - rule.window]
         change = abs(before - last) / max(abs(before), 1e-12)
         if change < rule.tolerance:
             return Verdict(
-                "completed",
+                VerdictStatus.completed,
                 f"converged: loss changed {change:.2e} over {rule.window} iterations "
                 f"(tolerance {rule.tolerance:g})",
             )
     if iteration >= rule.max_iterations:
-        return Verdict("completed", f"reached max iterations ({rule.max_iterations})")
+        return Verdict(VerdictStatus.completed, f"reached max iterations ({rule.max_iterations})")
     return None

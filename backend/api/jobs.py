@@ -11,18 +11,15 @@ from sqlalchemy import func, select
 from sqlmodel import col
 
 from backend.api.deps import CurrentTenant, DbId, KeysDep, Offset, RedisDep, SessionDep
-from backend.core.models import Decision, Job, JobStatus, LossRecord
+from backend.core.fits import read_fit
+from backend.core.models import Decision, Job, JobStatus
 from backend.core.notify import publish_job_event, wake_scheduler
-from backend.scheduler.history import KEEP_POINTS
-from backend.scheduling.predictor import predict_curve
-from backend.scheduling.types import LossPoint
 from backend.schemas import (
     DecisionPublic,
     JobCreate,
     JobPublic,
     LossHistory,
     Page,
-    PredictedPoint,
     Prediction,
 )
 from backend.services import jobs as job_service
@@ -111,22 +108,21 @@ def get_losses(job_id: DbId, session: SessionDep, scope: CurrentTenant,
 
 
 @router.get("/{job_id}/prediction", response_model=Prediction)
-def get_prediction(job_id: DbId, session: SessionDep, scope: CurrentTenant,
+def get_prediction(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: RedisDep,
+                   keys: KeysDep,
                    horizon: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> Prediction:
-    """The predictor's loss curve ahead of the job, with its confidence band."""
+    """The scheduler's current fit of the job's loss curve ahead, with its
+    confidence band: the same belief its grants are decided on."""
     job = scope.get_owned(session, Job, job_id)
-    rows = session.execute(
-        select(col(LossRecord.iteration), col(LossRecord.loss), col(LossRecord.seconds))
-        .where(col(LossRecord.job_id) == job.id)
-        .order_by(col(LossRecord.iteration).desc()).limit(KEEP_POINTS)
-    ).all()
-    history = [LossPoint(int(i), float(loss), float(sec)) for i, loss, sec in reversed(rows)]
-    last = history[-1].iteration if history else 0
-    if horizon is None:
-        horizon = max(min(job.max_iterations - last, max(last, 50)), 1)
-    curve = predict_curve(history, horizon, initial_loss=job.initial_loss) if history else []
-    return Prediction(job_id=job.id or 0, from_iteration=last, points=[
-        PredictedPoint(iteration=i, loss=p, low=lo, high=hi) for i, p, lo, hi in curve])
+    fit = read_fit(client, keys, job.id or 0)
+    if fit is None:
+        # Not fitted yet (too little history), or the fit has lapsed.
+        return Prediction(job_id=job.id or 0, from_iteration=job.iterations_done, points=[])
+    prediction = Prediction.model_validate(fit)
+    if horizon is not None:
+        last = prediction.from_iteration + horizon
+        prediction.points = [p for p in prediction.points if p.iteration <= last]
+    return prediction
 
 
 @router.get("/{job_id}/decisions", response_model=list[DecisionPublic])

@@ -1,4 +1,4 @@
-"""Chunk leases and worker heartbeats in Redis.
+"""Chunk leases, worker heartbeats and the scheduler lock in Redis.
 
 A lease says "chunk ``seq`` of job ``j`` may run until ``expiry``". The
 scheduler takes it before dispatching, the worker renews it while running and
@@ -45,6 +45,29 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
+return 1
+"""
+
+
+# KEYS[1] = scheduler lock key
+# ARGV[1] = owner token (host:pid), ARGV[2] = ttl ms
+# Extends the lock only while ``owner`` holds it: a plain EXPIRE after a GET
+# could extend a lock that expired and was taken by another scheduler in
+# between. Returns 1 if extended.
+_LOCK_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+# KEYS[1] = scheduler lock key
+# ARGV[1] = owner token (host:pid)
+# Deletes the lock only while ``owner`` holds it, so a scheduler stopping
+# after its lock expired cannot free the lock of the one that took over.
+# Returns 1 if deleted.
+_LOCK_RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
 return 1
 """
 
@@ -103,3 +126,36 @@ class Heartbeats:
         self._r.zremrangebyscore(self._k.workers, "-inf", now)
         members: Any = self._r.zrangebyscore(self._k.workers, now, "+inf")
         return [str(m) for m in members]
+
+
+class SchedulerLock:
+    """The one-active-scheduler lock: a string holding its owner's token, with a TTL.
+
+    A second scheduler would double-grant slots, so every round starts with
+    :meth:`hold`; a scheduler that dies simply stops renewing, and another
+    takes over once the TTL runs out.
+    """
+
+    def __init__(self, client: redis.Redis, keys: RedisKeys, owner: str, ttl_s: float) -> None:
+        self._r = client
+        self._key = keys.scheduler_lock
+        self.owner = owner
+        self._ttl_ms = max(int(ttl_s * 1000), 1)
+        self._renew = client.register_script(_LOCK_RENEW)
+        self._release = client.register_script(_LOCK_RELEASE)
+
+    def acquire(self) -> bool:
+        """Take the lock if nobody holds it."""
+        return bool(self._r.set(self._key, self.owner, nx=True, px=self._ttl_ms))
+
+    def renew(self) -> bool:
+        """Extend the lock if this owner still holds it."""
+        return bool(self._renew(keys=[self._key], args=[self.owner, self._ttl_ms]))
+
+    def hold(self) -> bool:
+        """Keep or take the lock; false while another scheduler holds it."""
+        return self.renew() or self.acquire()
+
+    def release(self) -> bool:
+        """Give the lock up if this owner still holds it."""
+        return bool(self._release(keys=[self._key], args=[self.owner]))

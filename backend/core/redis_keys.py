@@ -51,7 +51,9 @@ class RedisKeys:
 
     @property
     def scheduler_lock(self) -> str:
-        """String with TTL: held by the one running scheduler process."""
+        """String with TTL: the owner token (host:pid) of the one running
+        scheduler process; only that owner renews or deletes it
+        (:class:`backend.core.leases.SchedulerLock`)."""
         return f"{self.prefix}:scheduler:lock"
 
     @property
@@ -59,9 +61,21 @@ class RedisKeys:
         """Hash job_id -> JSON {position, reason, predicted_gain} from the last round."""
         return f"{self.prefix}:waiting"
 
+    def fit(self, job_id: int) -> str:
+        """String with TTL: JSON of the scheduler's latest loss-curve fit for
+        ``job_id`` ({job_id, from_iteration, points, family, fitted_at}); see
+        :mod:`backend.core.fits`. The TTL lets fits of finished jobs lapse."""
+        return f"{self.prefix}:fit:job:{job_id}"
+
     def signin_failures(self, kind: str, digest: str) -> str:
         """Counter with TTL: failed sign-ins per account or client address."""
         return f"{self.prefix}:signin-failures:{kind}:{digest}"
+
+    def signin_backoff(self, kind: str, digest: str) -> str:
+        """String with TTL: while it exists, sign-ins for that (account, address)
+        pair or that address wait (:mod:`backend.rate_limit`). Under the
+        counters' ``signin-failures`` namespace, so wiping that resets both."""
+        return f"{self.prefix}:signin-failures:{kind}:{digest}:wait"
 
     @property
     def scheduler_status(self) -> str:

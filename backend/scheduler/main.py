@@ -10,8 +10,10 @@ import threading
 from typing import Any
 
 from backend.core.db import get_engine
+from backend.core.leases import SchedulerLock
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.settings import get_settings
+from backend.core.task_names import RUN_CHUNK_TASK
 from backend.scheduler.service import Scheduler, wait_for_wake
 
 log = logging.getLogger(__name__)
@@ -23,7 +25,7 @@ def make_scheduler() -> Scheduler:
     settings = get_settings()
 
     def send(job_id: int, chunk_seq: int, iterations: int) -> None:
-        celery_app.send_task("slaq.run_chunk", args=[job_id, chunk_seq, iterations],
+        celery_app.send_task(RUN_CHUNK_TASK, args=[job_id, chunk_seq, iterations],
                              queue=get_keys().chunk_queue)
 
     return Scheduler(engine=get_engine(), client=get_redis(), keys=get_keys(), send=send,
@@ -43,16 +45,14 @@ def run_forever() -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     me = f"{socket.gethostname()}:{os.getpid()}"
-    lock_ttl = max(int(settings.scheduler_tick_seconds * 10), 5)
+    lock = SchedulerLock(client, keys, me, max(int(settings.scheduler_tick_seconds * 10), 5))
     scheduler = make_scheduler()
     log.info("scheduler %s started (default policy %s)", me, settings.policy)
     while not stop.is_set():
         # A second scheduler would double-grant; the lock makes it wait instead.
-        owner = client.set(keys.scheduler_lock, me, nx=True, ex=lock_ttl)
-        if not owner and client.get(keys.scheduler_lock) != me:
+        if not lock.hold():
             stop.wait(settings.scheduler_tick_seconds)
             continue
-        client.expire(keys.scheduler_lock, lock_ttl)
         try:
             result = scheduler.run_round()
             if result.grants or result.reclaimed:
@@ -62,6 +62,5 @@ def run_forever() -> None:
         except Exception:
             log.exception("scheduling round failed; retrying next tick")
         wait_for_wake(client, keys, settings.scheduler_tick_seconds)
-    if client.get(keys.scheduler_lock) == me:
-        client.delete(keys.scheduler_lock)
+    lock.release()
     log.info("scheduler stopped")

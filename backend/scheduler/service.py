@@ -1,9 +1,11 @@
 """One scheduling round, and the loop that runs rounds.
 
 A round: return lost chunks to the queue, build a snapshot from the database
-and Redis, ask the active policy for grants, and dispatch each grant (DB
-update fenced by chunk_seq, decision row, lease, Celery message). The policy
-itself is pure and shared with the simulator.
+and Redis, ask the active policy for grants, drop any grant that breaks a hard
+limit (the simulator's own check), and dispatch the rest (DB update fenced by
+chunk_seq, decision row, lease, Celery message). Then it publishes what the
+queue page and the job chart show: why jobs wait, and the loss-curve fits made
+this round. The policy itself is pure and shared with the simulator.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -20,13 +22,16 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
+from backend.core.fits import fit_payload, publish_fits
 from backend.core.leases import Heartbeats, Leases
 from backend.core.models import Decision, Job, JobStatus, Tenant, as_utc, utcnow
 from backend.core.notify import publish_job_event
 from backend.core.portal_settings import active_policy_name
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.history import HistoryCache
+from backend.scheduling.allocation import Rejected, split_grants
 from backend.scheduling.explain import explain_waiting
+from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import make_policy
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
 
@@ -54,6 +59,7 @@ class RoundResult:
     runnable: int
     grants: list[Grant]
     reclaimed: list[int]
+    rejected: list[Rejected] = field(default_factory=list)
 
 
 class Scheduler:
@@ -71,6 +77,8 @@ class Scheduler:
         self.leases = Leases(client, keys)
         self.heartbeats = Heartbeats(client, keys)
         self.history = HistoryCache()
+        # Fits the chart for policies that keep no predictor of their own.
+        self.predictor = LossPredictor()
         self._policy: Policy | None = None
         self._explained_at = float("-inf")
 
@@ -104,11 +112,18 @@ class Scheduler:
                 default_chunk_iterations=self.default_chunk_iterations,
             )
             policy = self.policy(name)
-            grants = policy.allocate(snapshot) if free > 0 else []
+            grants, rejected = split_grants(snapshot,
+                                            policy.allocate(snapshot) if free > 0 else [])
+            for grant, reason in rejected:
+                # A policy bug must not oversubscribe workers or a tenant's
+                # quota; the valid grants still run so the cluster keeps going.
+                log.warning("policy %s: dropped grant of %d iterations to job %d: %s",
+                            name, grant.iterations, grant.job_id, reason)
             dispatched = [g for g in grants if self._dispatch(session, g, name)]
             self._explain(policy, snapshot, {g.job_id for g in dispatched})
             self._publish_status(name, slots, free, len(jobs), dispatched)
-        return RoundResult(name, slots, free, len(jobs), dispatched, reclaimed)
+            self._publish_fits(policy, snapshot)
+        return RoundResult(name, slots, free, len(jobs), dispatched, reclaimed, rejected)
 
     def _view(self, job: Job, running: bool) -> JobView:
         return JobView(
@@ -195,6 +210,32 @@ class Scheduler:
             pipe.execute()
         except redis.RedisError as exc:
             log.warning("could not publish queue explanations: %s", exc)
+
+    def _publish_fits(self, policy: Policy, snapshot: Snapshot) -> None:
+        """Publish the fits made this round, as the chart's prediction.
+
+        A predictive policy's own fits are published as they are, so the
+        chart shows the belief behind its grants; fitting them again here
+        would also change the error tracking the policy ranks by.
+        """
+        predictor = getattr(policy, "predictor", None)
+        if not isinstance(predictor, LossPredictor):
+            predictor = self.predictor
+            predictor.fit_many([job for job in snapshot.jobs if job.losses])
+            if len(predictor) > 2 * len(snapshot.jobs) + 64:
+                predictor.forget_except(job.job_id for job in snapshot.jobs)
+        fits = predictor.take_refitted()
+        if not fits:
+            return
+        max_iterations = {job.job_id: job.max_iterations for job in snapshot.jobs}
+        now = time.time()
+        publish_fits(self.redis, self.keys, [
+            fit_payload(job_id=fit.job_id, from_iteration=fit.k_last, family=fit.family,
+                        rows=curve_rows(fit, default_horizon(fit.k_last,
+                                                             max_iterations[fit.job_id])),
+                        fitted_at=now)
+            for fit in fits if fit.job_id in max_iterations
+        ])
 
     def _publish_status(self, policy: str, slots: int, free: int, runnable: int,
                         grants: list[Grant]) -> None:

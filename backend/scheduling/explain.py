@@ -3,8 +3,9 @@
 :func:`explain_waiting` asks the active policy for its full preference order
 (the same ``allocate`` call, on a copy of the snapshot with a slot for every
 waiting job and no quota limits) and combines it with the real limits: the
-tenant's quota and the number of free slots. The predicted curve itself comes
-from :func:`backend.scheduling.predictor.predict_curve`.
+tenant's quota and the number of free slots. The predicted curve itself is
+the scheduler's own fit, published each time it refits
+(:mod:`backend.core.fits`).
 """
 
 from __future__ import annotations

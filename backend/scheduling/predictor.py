@@ -177,6 +177,7 @@ class LossPredictor:
 
     config: PredictorConfig = field(default_factory=PredictorConfig)
     _fits: dict[int, CurveFit] = field(default_factory=dict)
+    _refitted: set[int] = field(default_factory=set)
     refits: int = 0
     deferred: int = 0
 
@@ -202,19 +203,28 @@ class LossPredictor:
         self.deferred = len(late)
         return [self._fits[job.job_id] for job in jobs]
 
-    def cached(self, job_id: int) -> CurveFit | None:
-        return self._fits.get(job_id)
+    def take_refitted(self) -> list[CurveFit]:
+        """Fits made since the last call, newest per job; the record is then cleared.
+
+        Lets the live scheduler publish exactly the fits that changed,
+        however many times the policy fitted in between.
+        """
+        fits = [self._fits[job_id] for job_id in self._refitted if job_id in self._fits]
+        self._refitted.clear()
+        return fits
 
     def forget_except(self, job_ids: Iterable[int]) -> None:
         """Drop memoised fits of jobs that are gone (finished or cancelled)."""
         keep = set(job_ids)
         for job_id in [j for j in self._fits if j not in keep]:
             del self._fits[job_id]
+        self._refitted &= keep
 
     # -- refitting -----------------------------------------------------------
 
     def _refit(self, jobs: Sequence[JobView]) -> None:
         self.refits += len(jobs)
+        self._refitted.update(job.job_id for job in jobs)
         windows: list[_Window] = []
         for job in jobs:
             previous = self._fits.get(job.job_id)
@@ -464,6 +474,30 @@ def _geometric_ratio(losses: Sequence[LossPoint], initial: float) -> float | Non
     return min(max(ratio, 1e-6), 1.0)
 
 
+def default_horizon(last_iteration: int, max_iterations: int) -> int:
+    """Iterations ahead a chart predicts: as far as the job has come (at least
+    50), but not past its iteration limit."""
+    return max(min(max_iterations - last_iteration, max(last_iteration, 50)), 1)
+
+
+def curve_rows(fit: CurveFit, horizon: int, points: int = 50
+               ) -> list[tuple[int, float, float, float]]:
+    """``fit``'s curve ahead: ``(iteration, predicted, low, high)`` rows.
+
+    Covers the ``horizon`` iterations after the fit's newest point, at most
+    ``points`` rows (evenly spaced). Empty when the fit cannot extrapolate.
+    """
+    if not fit.known or horizon <= 0:
+        return []
+    steps = sorted({max(1, round(horizon * (i + 1) / min(points, horizon)))
+                    for i in range(min(points, horizon))})
+    rows = []
+    for n in steps:
+        mean, low, high = fit.predict(n)
+        rows.append((fit.k_last + n, mean, low, high))
+    return rows
+
+
 def predict_curve(
     losses: Sequence[LossPoint], horizon: int, *, initial_loss: float | None = None,
     points: int = 50,
@@ -481,13 +515,4 @@ def predict_curve(
     job = JobView(job_id=0, tenant_id=0, submitted_at=0.0, iterations_done=losses[-1].iteration,
                   max_iterations=losses[-1].iteration + horizon, losses=tuple(losses),
                   initial_loss=initial_loss)
-    fit = LossPredictor().fit(job)
-    if not fit.known:
-        return []
-    steps = sorted({max(1, round(horizon * (i + 1) / min(points, horizon)))
-                    for i in range(min(points, horizon))})
-    rows = []
-    for n in steps:
-        mean, low, high = fit.predict(n)
-        rows.append((fit.k_last + n, mean, low, high))
-    return rows
+    return curve_rows(LossPredictor().fit(job), horizon, points)
