@@ -29,11 +29,11 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 def make_engine(url: str) -> Engine:
     from backend.core.settings import get_settings
 
-    # A request thread holds its connection from its first query until the
-    # response's teardown, which needs a thread of its own: with fewer
-    # connections than threads, threads blocked on the pool starve those
-    # teardowns and every request waits out the pool timeout.
-    pool = {"pool_size": 10, "max_overflow": get_settings().api_threads, "pool_timeout": 10}
+    # The API lets at most ``api_threads`` requests in at once
+    # (backend.api.request_limit) and each holds at most one connection, so a
+    # pool that large never makes a request wait for a connection.
+    size = get_settings().api_threads
+    pool = {"pool_size": min(size, 10), "max_overflow": max(size - 10, 0), "pool_timeout": 10}
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
