@@ -62,6 +62,17 @@ _UNAUTHORIZED = HTTPException(
     detail="Sign in first: send 'Authorization: Bearer <API token>' or sign in in the browser",
     headers={"WWW-Authenticate": "Bearer"},
 )
+_BAD_TOKEN = HTTPException(
+    status_code=status.HTTP_401_UNAUTHORIZED,
+    detail="This API token is not valid: it is wrong, expired or revoked. Create a new one "
+    "(POST /api/v1/auth/token, or 'slaq login')",
+    headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+)
+_EXPIRED_SESSION = HTTPException(
+    status_code=status.HTTP_401_UNAUTHORIZED,
+    detail="Your session has ended; sign in again",
+    headers={"WWW-Authenticate": "Bearer"},
+)
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -82,20 +93,20 @@ def _caller_from_token(session: Session, token: str) -> tuple[User, Tenant]:
         .where(ApiToken.token_hash == hash_token(token))  # type: ignore[arg-type]
     ).first()
     if row is None:
-        raise _UNAUTHORIZED
+        raise _BAD_TOKEN
     api_token, user, tenant = row
     now = utcnow()
     if api_token.revoked_at is not None or (
         api_token.expires_at is not None and as_utc(api_token.expires_at) <= now
     ) or not user.is_active:
-        raise _UNAUTHORIZED
+        raise _BAD_TOKEN
     return user, tenant
 
 
 def _user_from_cookie(request: Request, session: Session, cookie: str) -> User:
     found = find_session(session, cookie)
     if found is None:
-        raise _UNAUTHORIZED
+        raise _EXPIRED_SESSION
     web, user = found
     # Cookies ride along on cross-site requests; the CSRF header cannot.
     if request.method not in _SAFE_METHODS and not secrets.compare_digest(

@@ -129,7 +129,7 @@ def test_errors_are_readable(signed_in: Path) -> None:
 def test_environment_overrides_the_file(signed_in: Path, portal: Portal) -> None:
     revoked = slaq(signed_in, "status", env={"SLAQ_TOKEN": "slaq_not-a-token"})
     assert revoked.returncode == 1
-    assert "Sign in first" in revoked.stderr and "slaq login" in revoked.stderr
+    assert "token is not valid" in revoked.stderr and "slaq login" in revoked.stderr
     nowhere = slaq(signed_in, "status", env={"SLAQ_URL": "http://127.0.0.1:9"})
     assert nowhere.returncode == 1 and "cannot reach http://127.0.0.1:9" in nowhere.stderr
     stored = json.loads((signed_in / ".config/slaq/credentials.json").read_text())
