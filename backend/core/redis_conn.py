@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -10,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import redis
+import redis.asyncio as aioredis
 
 from backend.core.redis_keys import RedisKeys
 from backend.core.settings import get_settings
@@ -26,6 +28,33 @@ def get_redis() -> redis.Redis:
 
 def get_keys() -> RedisKeys:
     return RedisKeys(get_settings().redis_prefix)
+
+
+ASYNC_SOCKET_TIMEOUT = 30.0
+"""Seconds a read on the shared asyncio client may wait: a blocking command
+(XREAD BLOCK) must ask for less, or redis-py aborts it with a TimeoutError."""
+
+_async_redis: tuple[asyncio.AbstractEventLoop, aioredis.Redis] | None = None
+
+
+def get_async_redis() -> aioredis.Redis:
+    """The process's asyncio Redis client, made on first use; its one
+    connection pool is shared by every live stream. Call it in a coroutine.
+
+    Connections belong to the event loop that opened them, so a new loop (a
+    test's) gets a new client; the API process runs one loop, hence one pool.
+    """
+    global _async_redis
+    loop = asyncio.get_running_loop()
+    if _async_redis is None or _async_redis[0] is not loop:
+        settings = get_settings()
+        client = aioredis.Redis.from_url(
+            settings.redis_url, decode_responses=True, socket_timeout=ASYNC_SOCKET_TIMEOUT,
+            socket_connect_timeout=5, socket_keepalive=True, health_check_interval=30,
+            # Named so that CLIENT LIST tells this process's stream connections apart.
+            client_name=f"{settings.redis_prefix}:api-live")
+        _async_redis = (loop, client)
+    return _async_redis[1]
 
 
 def reachable(url: str) -> bool:

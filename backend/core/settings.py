@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     admin_email: str = "admin@example.com"
     admin_password: str = "admin"
     demo_tenant: str = "demo"
+    stream_keepalive_seconds: float = Field(
+        15.0, gt=0, le=300,
+        description="Longest silence on a live event stream before the API sends an SSE "
+        "comment, so proxies and browsers keep an idle job's stream open")
 
     @model_validator(mode="after")
     def _refuse_placeholder_secret(self) -> Settings:

@@ -1,5 +1,7 @@
 // Server-sent events with a visible connection state. EventSource reconnects
-// by itself; `onState` hears "live" or "polling" (the page then relies on its
+// by itself and sends the last event's id as Last-Event-ID, from which the
+// job stream resumes exactly; the server's ": keep-alive" comments fire no
+// event. `onState` hears "live" or "polling" (the page then relies on its
 // slow poll until the stream is back).
 
 export function subscribe(url, handlers, onState = () => {}) {
