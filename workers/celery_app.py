@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 from typing import Any
 
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 
-from backend.core.leases import Heartbeats
+from backend.core.leases import Heartbeats, local_slot_id
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.settings import get_settings
 
@@ -45,15 +44,19 @@ celery_app = make_celery()
 
 _stop = threading.Event()
 
+HEARTBEAT_MISSES = 3
+"""Heartbeat periods a slot may miss before it counts as gone: its capacity
+leaves the pool and the chunk it claimed is reclaimed at once."""
+
 
 def slot_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return local_slot_id()
 
 
 def _heartbeat_loop() -> None:
     settings = get_settings()
     beats = Heartbeats(get_redis(), get_keys())
-    ttl = settings.heartbeat_seconds * 3
+    ttl = settings.heartbeat_seconds * HEARTBEAT_MISSES
     while not _stop.is_set():
         try:
             beats.beat(slot_id(), ttl)

@@ -25,7 +25,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
-from backend.core.leases import Leases
+from backend.core.leases import Leases, local_slot_id
 from backend.core.loss_store import insert_loss_points
 from backend.core.models import Job, JobStatus, LossRecord, utcnow
 from backend.core.notify import publish_job_event, wake_scheduler
@@ -73,7 +73,8 @@ class ChunkContext:
 
 def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> ChunkOutcome:
     leases = Leases(ctx.redis, ctx.keys)
-    holder = leases.holder(job_id)
+    # Claimed for this slot, so the scheduler can reclaim it once we stop heartbeating.
+    holder = leases.claim(job_id, chunk_seq, local_slot_id())
     if holder != chunk_seq:
         return ChunkOutcome(job_id, chunk_seq, "discarded", f"lease held by {holder}")
     with Session(ctx.engine, expire_on_commit=False) as session:

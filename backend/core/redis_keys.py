@@ -36,6 +36,13 @@ class RedisKeys:
         return f"{self.prefix}:leases"
 
     @property
+    def lease_slots(self) -> str:
+        """Hash job_id -> "<chunk_seq>:<slot id>": the worker slot that started
+        the leased chunk; the scheduler revokes the lease once that slot's
+        heartbeat is gone (:meth:`backend.core.leases.Leases.revoke_orphaned`)."""
+        return f"{self.prefix}:lease-slots"
+
+    @property
     def workers(self) -> str:
         """Sorted set slot id (host:pid) -> heartbeat expiry (ms): live capacity."""
         return f"{self.prefix}:workers"
@@ -79,5 +86,6 @@ class RedisKeys:
 
     @property
     def scheduler_status(self) -> str:
-        """Hash: the last round's time, policy, slots and queue length (cluster page)."""
+        """Hash: the last round's time, policy, slots and queue length (cluster page),
+        and ``owner``, the lock token of the scheduler that ran it."""
         return f"{self.prefix}:scheduler:status"

@@ -49,6 +49,17 @@ class Settings(BaseSettings):
     admin_email: str = "admin@example.com"
     admin_password: str = "admin"
     demo_tenant: str = "demo"
+    scheduler_lock_seconds: float = Field(
+        1.5, gt=0,
+        description="TTL of the single-active scheduler lock: a standby takes over at most "
+        "this long (plus one standby poll) after the active scheduler dies")
+    scheduler_lock_renew_seconds: float = Field(
+        0.5, gt=0,
+        description="How often the active scheduler renews its lock, from a thread of its "
+        "own so a long round cannot let it lapse. It stops granting once its last renewal "
+        "is older than the TTL less this period; at most a third of SCHEDULER_LOCK_SECONDS")
+    scheduler_standby_poll_seconds: float = Field(
+        0.25, gt=0, description="How often a standby scheduler tries to take the lock")
     stream_keepalive_seconds: float = Field(
         15.0, gt=0, le=300,
         description="Longest silence on a live event stream before the API sends an SSE "

@@ -1,4 +1,9 @@
-"""The scheduler process: one instance per cluster, rounds on wake or tick."""
+"""The scheduler process: one active instance per cluster, rounds on wake or tick.
+
+Any number may run; the one holding the scheduler lock grants, the others
+stand by and poll the lock, so one of them takes over within the lock's TTL
+(plus one poll) of the active one dying.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,10 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
+
+import redis
 
 from backend.core.db import get_engine
 from backend.core.leases import SchedulerLock
@@ -19,7 +27,7 @@ from backend.scheduler.service import Scheduler, wait_for_wake
 log = logging.getLogger(__name__)
 
 
-def make_scheduler() -> Scheduler:
+def make_scheduler(owner: str = "", may_grant: Callable[[], bool] = lambda: True) -> Scheduler:
     from workers.celery_app import celery_app
 
     settings = get_settings()
@@ -31,7 +39,57 @@ def make_scheduler() -> Scheduler:
     return Scheduler(engine=get_engine(), client=get_redis(), keys=get_keys(), send=send,
                      chunk_seconds=settings.chunk_seconds, lease_seconds=settings.lease_seconds,
                      default_policy=settings.policy,
-                     default_chunk_iterations=settings.default_chunk_iterations)
+                     default_chunk_iterations=settings.default_chunk_iterations,
+                     owner=owner, may_grant=may_grant)
+
+
+class LockKeeper:
+    """Takes and keeps the scheduler lock from a thread of its own.
+
+    Renewing between rounds would let one slow round (a large snapshot, a
+    slow database) outlast the short TTL; a thread keeps renewing whatever
+    the round is doing.
+    """
+
+    def __init__(self, lock: SchedulerLock, *, renew_s: float, poll_s: float,
+                 stop: threading.Event) -> None:
+        self.lock = lock
+        self.renew_s = renew_s
+        self.poll_s = poll_s
+        self._stop = stop
+        self.acquired = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="slaq-scheduler-lock",
+                                        daemon=True)
+
+    def may_grant(self) -> bool:
+        # A renewal one period late still leaves this much of the TTL, the
+        # time a grant already under way has to land before another
+        # scheduler could take over.
+        return self.lock.held(margin_s=self.renew_s)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def _run(self) -> None:
+        holding: bool | None = None
+        while not self._stop.is_set():
+            try:
+                now = self.lock.hold()
+            except redis.RedisError as exc:
+                log.warning("scheduler lock unreachable: %s", exc)
+                now = self.lock.held()
+            if now and not holding:
+                log.info("acquired scheduler lock as %s", self.lock.owner)
+                self.acquired.set()
+            elif not now and holding:
+                log.warning("lost scheduler lock; %s stops granting", self.lock.owner)
+            elif not now and holding is None:
+                log.info("standing by: the scheduler lock is held by another scheduler")
+            holding = now
+            self._stop.wait(self.renew_s if now else self.poll_s)
 
 
 def run_forever() -> None:
@@ -45,13 +103,19 @@ def run_forever() -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     me = f"{socket.gethostname()}:{os.getpid()}"
-    lock = SchedulerLock(client, keys, me, max(int(settings.scheduler_tick_seconds * 10), 5))
-    scheduler = make_scheduler()
-    log.info("scheduler %s started (default policy %s)", me, settings.policy)
+    ttl = settings.scheduler_lock_seconds
+    # A renewal period near the TTL would leave no time to renew before it lapses.
+    renew = min(settings.scheduler_lock_renew_seconds, ttl / 3)
+    keeper = LockKeeper(SchedulerLock(client, keys, me, ttl), renew_s=renew,
+                        poll_s=settings.scheduler_standby_poll_seconds, stop=stop)
+    scheduler = make_scheduler(owner=me, may_grant=keeper.may_grant)
+    log.info("scheduler %s started (default policy %s, lock TTL %.2fs)", me, settings.policy, ttl)
+    keeper.start()
     while not stop.is_set():
-        # A second scheduler would double-grant; the lock makes it wait instead.
-        if not lock.hold():
-            stop.wait(settings.scheduler_tick_seconds)
+        if not keeper.may_grant():
+            # Woken the moment the keeper takes the lock, not a tick later.
+            keeper.acquired.wait(settings.scheduler_tick_seconds)
+            keeper.acquired.clear()
             continue
         try:
             result = scheduler.run_round()
@@ -62,5 +126,6 @@ def run_forever() -> None:
         except Exception:
             log.exception("scheduling round failed; retrying next tick")
         wait_for_wake(client, keys, settings.scheduler_tick_seconds)
-    lock.release()
+    keeper.join()
+    keeper.lock.release()
     log.info("scheduler stopped")

@@ -1,6 +1,7 @@
 """One scheduling round, and the loop that runs rounds.
 
-A round: return lost chunks to the queue, build a snapshot from the database
+A round: return lost chunks to the queue (lease expired, or the worker slot
+that started the chunk stopped heartbeating), build a snapshot from the database
 and Redis, ask the active policy for grants, drop any grant that breaks a hard
 limit (the simulator's own check), and dispatch the rest (DB update fenced by
 chunk_seq, decision row, lease, Celery message). Then it publishes what the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -65,7 +67,8 @@ class RoundResult:
 class Scheduler:
     def __init__(self, *, engine: Engine, client: redis.Redis, keys: RedisKeys,
                  send: ChunkSender, chunk_seconds: float, lease_seconds: float,
-                 default_policy: str, default_chunk_iterations: int = 10) -> None:
+                 default_policy: str, default_chunk_iterations: int = 10,
+                 owner: str = "", may_grant: Callable[[], bool] = lambda: True) -> None:
         self.engine = engine
         self.redis = client
         self.keys = keys
@@ -74,6 +77,10 @@ class Scheduler:
         self.lease_seconds = lease_seconds
         self.default_policy = default_policy
         self.default_chunk_iterations = default_chunk_iterations
+        self.owner = owner
+        # Asked before every grant: false once this process may no longer be
+        # the only scheduler (its lock lapsed or passed to another).
+        self.may_grant = may_grant
         self.leases = Leases(client, keys)
         self.heartbeats = Heartbeats(client, keys)
         self.history = HistoryCache()
@@ -92,13 +99,18 @@ class Scheduler:
         with Session(self.engine, expire_on_commit=False) as session:
             name = active_policy_name(session, self.default_policy)
             live = self.leases.live_job_ids()
-            reclaimed = self._reclaim_lost(session, live)
+            # Claims before heartbeats: a slot beats before it claims, so a
+            # claim listed here names a slot the heartbeats below still show
+            # unless that slot really went quiet.
+            claims = self.leases.claimed_slots()
+            alive = set(self.heartbeats.alive())
+            reclaimed = self._reclaim_lost(session, live, claims, alive)
             jobs = list(session.exec(  # type: ignore[call-overload]
                 select(Job).where(Job.status.in_([JobStatus.queued, JobStatus.running]))  # type: ignore[attr-defined]
             ).scalars())
             tenants = {t.id: t for t in session.exec(select(Tenant)).scalars()}  # type: ignore[call-overload]
             self.history.refresh(session, {j.id: j.checkpoint_iteration for j in jobs})
-            slots = len(self.heartbeats.alive())
+            slots = len(alive)
             free = max(slots - len(live), 0)
             snapshot = Snapshot(
                 now=time.time(),
@@ -121,7 +133,8 @@ class Scheduler:
                             name, grant.iterations, grant.job_id, reason)
             dispatched = [g for g in grants if self._dispatch(session, g, name)]
             self._explain(policy, snapshot, {g.job_id for g in dispatched})
-            self._publish_status(name, slots, free, len(jobs), dispatched)
+            if self.may_grant():
+                self._publish_status(name, slots, free, len(jobs), dispatched)
             self._publish_fits(policy, snapshot)
         return RoundResult(name, slots, free, len(jobs), dispatched, reclaimed, rejected)
 
@@ -140,8 +153,25 @@ class Scheduler:
             initial_loss=job.initial_loss,
         )
 
-    def _reclaim_lost(self, session: Session, live: set[int]) -> list[int]:
-        """Jobs marked running whose lease is gone lost their chunk: queue them."""
+    def _reclaim_lost(self, session: Session, live: set[int], claims: dict[int, str],
+                      alive: set[str]) -> list[int]:
+        """Jobs marked running whose lease is gone lost their chunk: queue them.
+
+        A lease whose claiming slot is not in ``alive`` is revoked first (and
+        dropped from ``live``), so a dead worker's chunk is queued again now
+        rather than when its lease would have expired.
+        """
+        orphaned: set[int] = set()
+        for job_id, slot in claims.items():
+            # The script decides again atomically, so a slot that beat since
+            # keeps its chunk; a claim without a lease is dropped on the way.
+            if (slot not in alive or job_id not in live) and \
+                    self.leases.revoke_orphaned(job_id) is not None:
+                orphaned.add(job_id)
+        if orphaned:
+            log.warning("revoked the leases of jobs %s: the worker slots running their "
+                        "chunks stopped heartbeating", sorted(orphaned))
+        live.difference_update(orphaned)
         running = session.exec(  # type: ignore[call-overload]
             select(col(Job.id), col(Job.chunk_seq)).where(col(Job.status) == JobStatus.running)
         ).all()
@@ -150,12 +180,14 @@ class Scheduler:
         for job_id, seq in lost:
             if self.leases.holder(job_id) is not None:
                 continue  # taken or renewed since we listed leases
+            why = ("its worker stopped heartbeating" if job_id in orphaned
+                   else "its last chunk was lost (worker gone)")
             result = session.execute(
                 update(Job)
                 .where(col(Job.id) == job_id, col(Job.chunk_seq) == seq,
                        col(Job.status) == JobStatus.running)
                 .values(status=JobStatus.queued, waiting_since=utcnow(),
-                        last_reason="its last chunk was lost (worker gone); queued again")
+                        last_reason=f"{why}; queued again")
             )
             if result.rowcount == 1:  # type: ignore[attr-defined]
                 reclaimed.append(job_id)
@@ -165,6 +197,8 @@ class Scheduler:
         return reclaimed
 
     def _dispatch(self, session: Session, grant: Grant, policy: str) -> bool:
+        if not self.may_grant():
+            return False
         job = session.get(Job, grant.job_id)
         if job is None or job.status != JobStatus.queued:
             return False
@@ -241,7 +275,7 @@ class Scheduler:
                         grants: list[Grant]) -> None:
         status: dict[str, Any] = {
             "at": time.time(), "policy": policy, "slots": slots, "free_slots": free,
-            "runnable": runnable, "granted": len(grants),
+            "runnable": runnable, "granted": len(grants), "owner": self.owner,
         }
         try:
             self.redis.hset(self.keys.scheduler_status,

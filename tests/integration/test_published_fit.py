@@ -80,6 +80,7 @@ def test_published_fit_has_the_prediction_routes_shape(setup: Setup) -> None:
         "job_id": fitted, "from_iteration": 40,
         "points": [{"iteration": i, "loss": p, "low": lo, "high": hi}
                    for i, p, lo, hi in predict_curve(history, default_horizon(40, 1000))],
+        "family": payload["family"],
     }
     assert len(payload["points"]) == 50 and payload["points"][-1]["iteration"] == 40 + 50
     assert payload["family"] not in ("unknown", "geometric")

@@ -56,10 +56,11 @@ class Portal:
 
     def start_api(self, port: int) -> None:
         self._spawn("api", [sys.executable, "-m", "uvicorn", "backend.main:app", "--host",
-                            "127.0.0.1", "--port", str(port), "--log-level", "warning"])
+                            "127.0.0.1", "--port", str(port), "--log-level", "warning",
+                            "--no-proxy-headers"])
 
-    def start_scheduler(self) -> None:
-        self._spawn("scheduler", [sys.executable, "-m", "backend.cli", "scheduler"])
+    def start_scheduler(self, name: str = "scheduler") -> None:
+        self._spawn(name, [sys.executable, "-m", "backend.cli", "scheduler"])
 
     def start_workers(self, concurrency: int, name: str = "workers") -> None:
         self._spawn(name, [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
