@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--concurrency", type=int, default=None)
     sub.add_parser("migrate", help="apply database migrations")
     sub.add_parser("seed", help="create the platform admin and demo tenant")
+    reset = sub.add_parser("reset-password",
+                           help="give a user a new generated password and print it")
+    reset.add_argument("email")
     sub.add_parser("simulate", help="compare policies in the simulator (see slaq simulate -h)")
     sub.add_parser("record-trace", help="record real loss curves for the simulator")
     args = parser.parse_args(argv)
@@ -51,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "api":
         import uvicorn
 
-        uvicorn.run("backend.main:app", host=settings.host, port=settings.port)
+        # Off: uvicorn would take X-Forwarded-For from local clients as their
+        # address; backend.api.client_address decides whom to believe.
+        uvicorn.run("backend.main:app", host=settings.host, port=settings.port,
+                    proxy_headers=False)
         return 0
     if args.command == "scheduler":
         from backend.scheduler.main import run_forever
@@ -67,13 +73,34 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from backend.core.db import migrate, session_scope
 
-    migrate(settings.effective_database_url)
-    if args.command == "seed":
-        from backend.seed import seed
+    if args.command == "reset-password":
+        from backend.seed import reset_password
 
         with session_scope() as session:
-            seed(session, admin_email=settings.admin_email,
-                 admin_password=settings.admin_password, demo_tenant=settings.demo_tenant)
+            password = reset_password(session, args.email)
+        if password is None:
+            print(f"error: no user {args.email.strip().lower()}", file=sys.stderr)
+            return 1
+        # The note on stderr, the password alone on stdout: easy to capture.
+        print(f"new password for {args.email.strip().lower()} (shown only this once):",
+              file=sys.stderr)
+        print(password)
+        return 0
+    migrate(settings.effective_database_url)
+    if args.command == "seed":
+        from backend.seed import SeedPasswordRefused, seed
+
+        try:
+            with session_scope() as session:
+                seeded = seed(session, admin_email=settings.admin_email,
+                              admin_password=settings.admin_password,
+                              demo_tenant=settings.demo_tenant,
+                              demo_password=settings.demo_password)
+        except SeedPasswordRefused as refused:
+            print(f"error: {refused}", file=sys.stderr)
+            return 2
+        print(f"platform admin:    {seeded.admin.describe()}")
+        print(f"demo tenant admin: {seeded.demo.describe()}")
     print(f"database ready: {settings.effective_database_url}")
     return 0
 

@@ -7,6 +7,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from backend.security import MIN_PASSWORD_LENGTH
+
 T = TypeVar("T")
 
 
@@ -202,7 +204,8 @@ class UserCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     email: str = Field(..., min_length=3, max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")
-    password: str = Field(..., min_length=8, max_length=1024)
+    password: str = Field(..., min_length=MIN_PASSWORD_LENGTH, max_length=1024,
+                          description="Long enough and hard to guess (the server checks)")
     tenant_id: int = Field(..., ge=1, le=2**31 - 1)
     role: Literal["member", "tenant_admin", "platform_admin"] = "member"
 

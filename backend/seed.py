@@ -1,4 +1,10 @@
-"""First-start data: a platform admin, a demo tenant and its tenant admin."""
+"""First-start data: a platform admin, a demo tenant and its tenant admin.
+
+Neither account has a default password: each gets ADMIN_PASSWORD /
+DEMO_PASSWORD when set (and strong enough), else a generated one that is
+shown once, when the account is made. Only its argon2 hash is stored;
+``slaq reset-password EMAIL`` sets a new one.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +14,56 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from backend.core.models import Role, Tenant, User
-from backend.security import hash_password
+from backend.security import generate_password, hash_password, password_problem
 
 PLATFORM_TENANT = "platform"
 
 
+class SeedPasswordRefused(ValueError):
+    """A configured seed password fails the password policy."""
+
+
+@dataclass(frozen=True)
+class SeededAccount:
+    email: str
+    created: bool
+    password: str | None
+    """The generated password, to show now; None when the account existed
+    already or its password came from ``setting``."""
+    setting: str
+
+    def describe(self) -> str:
+        """The account for the operator, with its password only when new."""
+        if self.password is not None:
+            return f"{self.email} / {self.password}   (generated; shown only this once)"
+        if self.created:
+            return f"{self.email} / the password in {self.setting}"
+        return (f"{self.email}   (password shown at first start; "
+                f"`slaq reset-password {self.email}` sets a new one)")
+
+
 @dataclass(frozen=True)
 class SeedResult:
-    admin_email: str
-    demo_email: str
-    created: bool
+    admin: SeededAccount
+    demo: SeededAccount
+
+
+def demo_email_for(demo_tenant: str) -> str:
+    return f"demo@{demo_tenant}.example.com"
+
+
+def refused_seed_password(*, admin_email: str, admin_password: str, demo_tenant: str,
+                          demo_password: str) -> str | None:
+    """Why a configured seed password may not be used, or None; checked even
+    when the account exists, so a weak setting is caught on any start."""
+    for setting, email, password in (
+            ("ADMIN_PASSWORD", admin_email, admin_password),
+            ("DEMO_PASSWORD", demo_email_for(demo_tenant), demo_password)):
+        problem = password_problem(password, email=email) if password else None
+        if problem:
+            return (f"{setting} is refused: {problem}. Choose a stronger one, or unset it "
+                    f"to have a password generated and shown once.")
+    return None
 
 
 def ensure_tenant(session: Session, name: str, **quotas: int | float) -> Tenant:
@@ -44,12 +90,43 @@ def ensure_user(session: Session, *, email: str, password: str, tenant: Tenant,
     return user, True
 
 
-def seed(session: Session, *, admin_email: str, admin_password: str,
-         demo_tenant: str) -> SeedResult:
+def _seed_account(session: Session, *, email: str, password: str, setting: str,
+                  tenant: Tenant, role: Role) -> SeededAccount:
+    chosen = password or generate_password()
+    user, created = ensure_user(session, email=email, password=chosen, tenant=tenant, role=role)
+    return SeededAccount(email=user.email, created=created, setting=setting,
+                         password=chosen if created and not password else None)
+
+
+def seed(session: Session, *, admin_email: str, admin_password: str = "",
+         demo_tenant: str, demo_password: str = "") -> SeedResult:
+    """Make the platform admin and the demo tenant admin unless they exist.
+    Raises :class:`SeedPasswordRefused` before changing anything when a given
+    password fails the policy."""
+    refused = refused_seed_password(admin_email=admin_email, admin_password=admin_password,
+                                    demo_tenant=demo_tenant, demo_password=demo_password)
+    if refused:
+        raise SeedPasswordRefused(refused)
     platform = ensure_tenant(session, PLATFORM_TENANT)
-    _, created = ensure_user(session, email=admin_email, password=admin_password,
-                             tenant=platform, role=Role.platform_admin)
+    admin = _seed_account(session, email=admin_email, password=admin_password,
+                          setting="ADMIN_PASSWORD", tenant=platform, role=Role.platform_admin)
     demo = ensure_tenant(session, demo_tenant)
-    demo_email = f"demo@{demo_tenant}.example.com"
-    ensure_user(session, email=demo_email, password="demo", tenant=demo, role=Role.tenant_admin)
-    return SeedResult(admin_email=admin_email, demo_email=demo_email, created=created)
+    demo_admin = _seed_account(session, email=demo_email_for(demo_tenant),
+                               password=demo_password, setting="DEMO_PASSWORD", tenant=demo,
+                               role=Role.tenant_admin)
+    return SeedResult(admin=admin, demo=demo_admin)
+
+
+def reset_password(session: Session, email: str) -> str | None:
+    """Give the user ``email`` a new generated password and return it (None
+    when there is no such user)."""
+    user = session.execute(
+        select(User).where(User.email == email.strip().lower())  # type: ignore[arg-type]
+    ).scalar_one_or_none()
+    if user is None:
+        return None
+    password = generate_password()
+    user.password_hash = hash_password(password)
+    session.add(user)
+    session.commit()
+    return password

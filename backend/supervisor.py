@@ -20,7 +20,7 @@ from backend.core.db import engine_for, migrate, session_scope
 from backend.core.redis_conn import reachable, start_private_redis
 from backend.core.redis_keys import RedisKeys
 from backend.core.settings import Settings
-from backend.seed import seed
+from backend.seed import refused_seed_password, seed
 
 log = logging.getLogger("slaq.supervisor")
 
@@ -89,8 +89,11 @@ class Child:
 def children(settings: Settings) -> list[Child]:
     py = sys.executable
     return [
+        # --no-proxy-headers: uvicorn would otherwise take X-Forwarded-For from
+        # local clients as their address; backend.api.client_address decides.
         Child("api", [py, "-m", "uvicorn", "backend.main:app", "--host", settings.host,
-                      "--port", str(settings.port), "--log-level", "warning"]),
+                      "--port", str(settings.port), "--log-level", "warning",
+                      "--no-proxy-headers"]),
         Child("scheduler", [py, "-m", "backend.cli", "scheduler"]),
         Child("workers", [py, "-m", "celery", "-A", "workers.celery_app", "worker",
                           "--concurrency", str(settings.workers), "--pool", "prefork",
@@ -101,6 +104,14 @@ def children(settings: Settings) -> list[Child]:
 
 
 def run(settings: Settings) -> int:
+    # Before anything starts (a private Redis included), so a refusal leaves
+    # nothing behind to clean up.
+    refused = refused_seed_password(
+        admin_email=settings.admin_email, admin_password=settings.admin_password,
+        demo_tenant=settings.demo_tenant, demo_password=settings.demo_password)
+    if refused:
+        print(f"Not starting: {refused}", file=sys.stderr)
+        return 2
     env = dict(os.environ)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     redis_proc = None
@@ -118,14 +129,15 @@ def run(settings: Settings) -> int:
     migrate(db_url)
     with session_scope(engine_for(db_url)) as session:
         seeded = seed(session, admin_email=settings.admin_email,
-                      admin_password=settings.admin_password, demo_tenant=settings.demo_tenant)
+                      admin_password=settings.admin_password, demo_tenant=settings.demo_tenant,
+                      demo_password=settings.demo_password)
     procs = children(settings)
     for child in procs:
         child.start(env)
     print(f"""
 SLAQ portal is running: http://{settings.host}:{settings.port}/   (API docs: /docs)
-  platform admin:    {seeded.admin_email} / {settings.admin_password}
-  demo tenant admin: {seeded.demo_email} / demo
+  platform admin:    {seeded.admin.describe()}
+  demo tenant admin: {seeded.demo.describe()}
   database: {db_url}
   redis:    {redis_url}
   workers:  {settings.workers} slot(s); policy {settings.policy}

@@ -30,7 +30,7 @@ from backend.schemas import (
     UserPublic,
     UserUpdate,
 )
-from backend.security import hash_password
+from backend.security import hash_password, password_problem
 from backend.services import audit
 from backend.services.quotas import QUOTA_FIELDS, Usage, usage_by_tenant
 
@@ -121,6 +121,10 @@ def create_user(body: UserCreate, session: SessionDep, scope: TenantAdmin) -> Us
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, [{
             "loc": ["body", "tenant_id"], "msg": f"tenant {body.tenant_id} does not exist",
             "type": "value_error"}])
+    problem = password_problem(body.password, email=body.email)
+    if problem:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, [{
+            "loc": ["body", "password"], "msg": problem, "type": "value_error"}])
     user = User(tenant_id=body.tenant_id, email=body.email.strip().lower(),
                 password_hash=hash_password(body.password), role=body.role)
     _insert_unique(session, user, f"a user with email {body.email!r} exists already")

@@ -7,12 +7,18 @@ from datetime import timedelta
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from sqlalchemy import select
 
+from backend.api.client_address import client_address
 from backend.api.deps import CurrentUser, DbId, KeysDep, RedisDep, SessionDep
 from backend.core.models import ApiToken, Tenant, User, as_utc, utcnow
 from backend.core.settings import get_settings
 from backend.rate_limit import blocked_for, clear, record_failure
 from backend.schemas import LoginRequest, Me, SignIn, TokenCreated, TokenInfo, TokenRequest
-from backend.security import hash_token, new_api_token, token_display_prefix, verify_password
+from backend.security import (
+    hash_token,
+    new_api_token,
+    token_display_prefix,
+    verify_password_of,
+)
 from backend.services.web_sessions import (
     SESSION_COOKIE,
     SESSION_LIFETIME,
@@ -27,17 +33,22 @@ router = APIRouter(prefix="/api/v1/auth", tags=["auth"])
 def _check_password(request: Request, session: SessionDep, client: RedisDep, keys: KeysDep,
                     email: str, password: str) -> User:
     email = email.strip().lower()
-    address = request.client.host if request.client else "unknown"
+    address = client_address(request)
     wait = blocked_for(client, keys, email, address)
     if wait:
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,
                             f"too many failed sign-ins; try again in {wait} seconds",
                             headers={"Retry-After": str(wait)})
     user = session.execute(select(User).where(User.email == email)).scalar_one_or_none()  # type: ignore[arg-type]
-    if user is None or not user.is_active or not verify_password(user.password_hash, password):
+    if user is not None and not user.is_active:
+        user = None  # answered exactly as an unknown account, in words and in time
+    # Always one argon2 check, even without an account: the time taken must
+    # not tell whether the email has one.
+    right = verify_password_of(user.password_hash if user else None, password)
+    if user is None or not right:
         record_failure(client, keys, email, address)
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong email or password")
-    clear(client, keys, email)
+    clear(client, keys, email, address)
     return user
 
 

@@ -7,12 +7,15 @@ REDIS_URL and SECRET_KEY.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEV_SECRET = "dev-only-secret-change-me"
 
@@ -34,6 +37,17 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(30.0, gt=0, description="A chunk not reported by then is lost")
     heartbeat_seconds: float = Field(2.0, gt=0, description="Worker heartbeat period")
     scheduler_tick_seconds: float = Field(1.0, gt=0)
+    scheduler_lock_seconds: float = Field(
+        1.5, gt=0,
+        description="TTL of the single-active scheduler lock: a standby takes over at most "
+        "this long (plus one standby poll) after the active scheduler dies")
+    scheduler_lock_renew_seconds: float = Field(
+        0.5, gt=0,
+        description="How often the active scheduler renews its lock, from a thread of its "
+        "own so a long round cannot let it lapse. It stops granting once its last renewal "
+        "is older than the TTL less this period; at most a third of SCHEDULER_LOCK_SECONDS")
+    scheduler_standby_poll_seconds: float = Field(
+        0.25, gt=0, description="How often a standby scheduler tries to take the lock")
     policy: str = Field("slaq", description="Active scheduling policy at first start")
     max_iterations_limit: int = Field(1_000_000, ge=1, description="Hard cap on any job")
     checkpoint_dir: Path | None = None
@@ -47,23 +61,36 @@ class Settings(BaseSettings):
         description="Scheduling niceness of worker processes: on a shared host, training "
         "yields the CPU to the API and the scheduler, which answer people")
     admin_email: str = "admin@example.com"
-    admin_password: str = "admin"
+    admin_password: str = Field(
+        "", description="The seeded platform admin's first password; empty means generate "
+        "one and print it once. Must pass the password policy")
     demo_tenant: str = "demo"
-    scheduler_lock_seconds: float = Field(
-        1.5, gt=0,
-        description="TTL of the single-active scheduler lock: a standby takes over at most "
-        "this long (plus one standby poll) after the active scheduler dies")
-    scheduler_lock_renew_seconds: float = Field(
-        0.5, gt=0,
-        description="How often the active scheduler renews its lock, from a thread of its "
-        "own so a long round cannot let it lapse. It stops granting once its last renewal "
-        "is older than the TTL less this period; at most a third of SCHEDULER_LOCK_SECONDS")
-    scheduler_standby_poll_seconds: float = Field(
-        0.25, gt=0, description="How often a standby scheduler tries to take the lock")
     stream_keepalive_seconds: float = Field(
         15.0, gt=0, le=300,
         description="Longest silence on a live event stream before the API sends an SSE "
         "comment, so proxies and browsers keep an idle job's stream open")
+    demo_password: str = Field(
+        "", description="The seeded demo tenant admin's first password; as ADMIN_PASSWORD")
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Reverse proxies (IPs or networks, comma-separated) whose "
+        "X-Forwarded-For is believed; empty means the socket's peer is the client")
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _split_proxies(cls, value: object) -> object:
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return [part for part in (p.strip() for p in value.split(",")) if part]
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _valid_proxies(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            ipaddress.ip_network(entry, strict=False)  # a ValueError names the bad entry
+        return value
 
     @model_validator(mode="after")
     def _refuse_placeholder_secret(self) -> Settings:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -28,7 +30,7 @@ def test_slaq_run_starts_everything_and_stops_cleanly(tmp_path: Path) -> None:
                             stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        def healthy() -> dict | None:  # type: ignore[type-arg]
+        def healthy() -> dict[str, Any] | None:
             try:
                 body = httpx.get(f"{base}/api/v1/health", timeout=2).json()
                 return body if body.get("worker_slots", 0) >= 1 else None
@@ -40,8 +42,13 @@ def test_slaq_run_starts_everything_and_stops_cleanly(tmp_path: Path) -> None:
         assert "started a private one" in output
         assert f"http://127.0.0.1:{port}/" in output
         assert (tmp_path / "var" / "slaq.db").exists()
+        # No default password: the banner shows the generated one, once.
+        shown = re.search(r"demo tenant admin: (\S+) / (\S+)", output)
+        assert shown, output
+        email, password = shown.groups()
+        assert email == "demo@demo.example.com" and password != "demo"
         token = httpx.post(f"{base}/api/v1/auth/token", json={
-            "email": "demo@demo.example.com", "password": "demo"}).json()["token"]
+            "email": email, "password": password}).json()["token"]
         headers = {"Authorization": f"Bearer {token}"}
         job = httpx.post(f"{base}/api/v1/jobs", headers=headers, json={
             "algorithm": "logistic_regression", "dataset": "wine",
