@@ -57,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         # Off: uvicorn would take X-Forwarded-For from local clients as their
         # address; backend.api.client_address decides whom to believe.
         uvicorn.run("backend.main:app", host=settings.host, port=settings.port,
-                    proxy_headers=False)
+                    proxy_headers=False, workers=settings.api_processes,
+                    log_level="warning",
+                    # Longer than any client's pause between requests, so the server
+                    # does not close a kept-alive connection just as it is reused.
+                    timeout_keep_alive=75)
         return 0
     if args.command == "scheduler":
         from backend.scheduler.main import run_forever

@@ -89,11 +89,7 @@ class Child:
 def children(settings: Settings) -> list[Child]:
     py = sys.executable
     return [
-        # --no-proxy-headers: uvicorn would otherwise take X-Forwarded-For from
-        # local clients as their address; backend.api.client_address decides.
-        Child("api", [py, "-m", "uvicorn", "backend.main:app", "--host", settings.host,
-                      "--port", str(settings.port), "--log-level", "warning",
-                      "--no-proxy-headers"]),
+        Child("api", [py, "-m", "backend.cli", "api"]),
         Child("scheduler", [py, "-m", "backend.cli", "scheduler"]),
         Child("workers", [py, "-m", "celery", "-A", "workers.celery_app", "worker",
                           "--concurrency", str(settings.workers), "--pool", "prefork",

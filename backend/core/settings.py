@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     max_iterations_limit: int = Field(1_000_000, ge=1, description="Hard cap on any job")
     checkpoint_dir: Path | None = None
     task_time_limit: int = Field(300, ge=1, description="Hard Celery time limit per chunk")
+    api_processes: int = Field(
+        1, ge=1, le=64,
+        description="API server processes; each has its own threads and database pool")
     api_threads: int = Field(
         40, ge=1, le=1000,
         description="Threads serving the API's blocking routes; the database pool holds as "

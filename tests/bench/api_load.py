@@ -12,8 +12,10 @@ script does: list the jobs, open a job, read its losses, and now and then
 - ``max-20`` and ``max-200``: 20 and 200 clients sending back to back; the
   200/20 throughput ratio says whether more clients cost throughput.
 
-The load generator shares the machine with the portal, so absolute figures
-are lower than on a dedicated client host; compare within one run.
+Each database is measured with 1 and 2 API processes (``--processes``). The
+load generator (asyncio + httpx, one process) shares the machine with the
+portal, so absolute figures are lower than on a dedicated client host;
+compare within one run.
 """
 
 from __future__ import annotations
@@ -126,15 +128,18 @@ def bench_portal(portal: Portal, db_url: str, seconds: float) -> dict[str, Stats
     return results
 
 
-def run(db: str, seconds: float, root: Path) -> None:
+def run(db: str, seconds: float, root: Path, processes: int) -> None:
     with test_redis(root, db=BENCH_REDIS_DB) as redis_url, database(db, root) as db_url:
-        _measure(db, db_url, redis_url, root, seconds)
+        _measure(db, db_url, redis_url, root / f"{db}-{processes}", seconds, processes)
 
 
-def _measure(db: str, db_url: str, redis_url: str, root: Path, seconds: float) -> None:
-    print(f"\n{db}: {ACTIVE_JOBS} jobs training on 2 worker slots, {seconds:.0f} s per run")
-    portal = start_portal(data_dir=root / db, db_url=db_url, redis_url=redis_url, workers=2,
-                          policy="slaq", extra_env={"LOG_LEVEL": "WARNING"})
+def _measure(db: str, db_url: str, redis_url: str, root: Path, seconds: float,
+             processes: int) -> None:
+    print(f"\n{db}, {processes} API process(es): {ACTIVE_JOBS} jobs training on 2 worker "
+          f"slots, {seconds:.0f} s per run")
+    portal = start_portal(data_dir=root, db_url=db_url, redis_url=redis_url, workers=2,
+                          policy="slaq", extra_env={"LOG_LEVEL": "WARNING",
+                                                    "API_PROCESSES": str(processes)})
     try:
         results = bench_portal(portal, db_url, seconds)
     finally:
@@ -149,11 +154,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2],
+                        help="API process counts to compare (API_PROCESSES)")
     parser.add_argument("--keep", type=Path, help="keep the portals' logs in this directory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for db in (["sqlite", "postgres"] if args.db == "both" else [args.db]):
-            run(db, args.seconds, args.keep or Path(tmp))
+            for processes in args.processes:
+                run(db, args.seconds, args.keep or Path(tmp), processes)
 
 
 if __name__ == "__main__":

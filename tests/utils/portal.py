@@ -55,9 +55,8 @@ class Portal:
         )
 
     def start_api(self, port: int) -> None:
-        self._spawn("api", [sys.executable, "-m", "uvicorn", "backend.main:app", "--host",
-                            "127.0.0.1", "--port", str(port), "--log-level", "warning",
-                            "--no-proxy-headers"])
+        self._spawn("api", [sys.executable, "-m", "backend.cli", "api"],
+                    {"HOST": "127.0.0.1", "PORT": str(port)})
 
     def start_scheduler(self, name: str = "scheduler") -> None:
         self._spawn(name, [sys.executable, "-m", "backend.cli", "scheduler"])
