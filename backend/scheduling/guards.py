@@ -85,3 +85,48 @@ def split_overdue(
     overdue.sort(key=lambda job: (job.waiting_since, job.job_id))
     return [(job, bounds.overdue_reason(snapshot, job) or "overdue", None)
             for job in overdue], rest
+
+
+@dataclass(frozen=True)
+class ServiceFloor:
+    """Completion-time guard: an adaptive starvation bound.
+
+    A greedy quality policy starves jobs whose curve looks flat, but every
+    job must still run to its end, so the starved ones finish late and mean
+    completion time grows. Round-robin over ``N`` runnable jobs on ``S``
+    slots gives each job a chunk every ``N / S`` chunk lengths; the floor
+    guarantees ``fraction`` of that rate: a job with history that has waited
+    ``max(1, N / S) / fraction`` chunk lengths since its last chunk is served
+    after the overdue jobs and before anything ranked, longest-waiting first.
+    It is counted in waiting time on the policy's own clock, so it means the
+    same live (where ``attained_seconds`` counts compute only) and simulated
+    (where it includes chunk overhead). ``fraction = 0`` turns it off.
+
+    Example: 2 slots, 6 runnable jobs, 0.3 s chunks, ``fraction=0.25``: a job
+    is served by the floor once it has waited 3 / 0.25 = 12 chunk lengths
+    (3.6 s); with 2 runnable jobs the bound is 4 chunk lengths.
+    """
+
+    fraction: float = 0.25
+
+    def wait_seconds(self, snapshot: Snapshot) -> float | None:
+        if self.fraction <= 0:
+            return None
+        turns = max(1.0, len(snapshot.jobs) / max(snapshot.total_slots, 1))
+        return turns / self.fraction * snapshot.chunk_seconds
+
+    def behind(self, snapshot: Snapshot, jobs: list[JobView]) -> tuple[list[Ranked],
+                                                                          list[JobView]]:
+        """Jobs past the adaptive bound (longest-waiting first, with reasons) and the rest."""
+        bound = self.wait_seconds(snapshot)
+        if bound is None or not jobs:
+            return [], jobs
+        cut = snapshot.now - bound
+        late = [job for job in jobs if job.losses and job.waiting_since <= cut]
+        if not late:
+            return [], jobs
+        ids = {job.job_id for job in late}
+        late.sort(key=lambda job: (job.waiting_since, job.job_id))
+        return [(job, f"service floor: waited {snapshot.now - job.waiting_since:.1f}s, "
+                      f"{self.fraction:g} of a round-robin turn allows {bound:.1f}s", None)
+                for job in late], [job for job in jobs if job.job_id not in ids]

@@ -339,8 +339,12 @@ class LossPredictor:
             errors = tuple(_smooth(p, e, alpha) for e, p in zip(errors, base.errors, strict=True))
         valid = [f for f in range(len(FAMILIES)) if math.isfinite(full[f].sse[i])]
         if not valid:
+            # No decreasing curve fits: the job looks converged. The base's
+            # drift is the few-points fallback's deliberately optimistic 5% an
+            # iteration, which would make a flat job look wildly uncertain.
             self._fits[win.job.job_id] = replace(
-                base, family=FLAT, errors=errors, noise=win.height * float(np.std(win.y[-8:])))
+                base, family=FLAT, errors=errors, drift=0.0,
+                noise=win.height * float(np.std(win.y[-8:])))
             return
         f = min(valid, key=lambda v: errors[v])
         err = errors[f] if math.isfinite(errors[f]) else 1.0

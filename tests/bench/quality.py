@@ -1,10 +1,22 @@
-"""Scheduling quality of every policy on the standard workload, over slots x load.
+"""Scheduling quality and completion time of every policy, per trace, over a grid.
 
-    .venv/bin/python -m tests.bench.quality [--seeds 0 1 2] [--report quality.html]
+    .venv/bin/python -m tests.bench.quality [--traces standard synthetic:1]
+        [--seeds 3 4 5] [--slots 2 4] [--loads 1.2 2.0] [--chunks 0.1 1.0]
+        [--procs 2] [--report quality.html] [--json-out quality.json]
 
-For each grid cell the same workloads (one per seed) run under every policy;
-figures are averaged over seeds. Printed: the figures, slaq's improvement over
-``fair`` and ``las`` (positive = better) and its gap to ``oracle``.
+Traces: ``standard`` (``data/traces/standard.json``, the portal's own
+trainers) and ``synthetic:<seed>`` (:mod:`backend.scheduling.synthetic`:
+power-law, exponential, plateau, step-LR, noisy, stall and diverging curves,
+loss scales 1e-2..1e4). Policies were tuned on synthetic seed 0 and workload
+seeds 0-2; report on synthetic seed 1 and workload seeds 3-5 (held out).
+
+For each trace and cell (slots x load x chunk seconds) the same workloads
+run under every policy; figures are averaged over workload seeds. The
+headline puts quality (avg normalised loss, time to 95%) next to mean
+completion time, as slaq's change against ``fair`` and ``las`` (positive =
+slaq better) and its gap to ``oracle`` (positive = slaq worse). Synthetic
+traces are also broken down per curve shape (time to 95% and completion of
+the jobs of that shape in the same runs).
 """
 
 from __future__ import annotations
@@ -13,120 +25,194 @@ import argparse
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 
-from backend.scheduling.metrics import Figures
-from backend.simulation.cli import SIM_POLICIES, STANDARD_TRACE, run_policies
+from backend.scheduling.metrics import Figures, figures, time_to_fraction
+from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
+from backend.scheduling.synthetic import shape_of, synthetic_trace
+from backend.scheduling.trace import Trace, load_trace
+from backend.scheduling.workload import generate_workload
+from backend.simulation.cli import STANDARD_TRACE
 
-SLOTS = (2, 4, 8)
-LOADS = (0.8, 1.2, 2.0)
+SLOTS = (2, 4)
+LOADS = (1.2, 2.0)
+CHUNKS = (0.1, 1.0)
+POLICIES = ("fair", "las", "slaq", "oracle")
 KEYS = list(Figures.__dataclass_fields__)
-HEADLINE = ("avg_norm_loss", "t90_mean", "t95_mean", "mean_completion")
+HEADLINE = ("avg_norm_loss", "t95_mean", "mean_completion")
+
+Cell = tuple[str, int, float, float]  # trace, slots, load, chunk seconds
 
 
-def cell(args: tuple[Path, int, float, int, float, tuple[str, ...]]) -> dict[str, dict[str, float]]:
-    trace, slots, load, seed, chunk, policies = args
-    runs = run_policies(trace, list(policies), slots=slots, load=load, seed=seed,
-                        chunk_seconds=chunk)
-    return {name: fig.as_dict() for name, (_, fig) in runs.items()}
+@cache
+def get_trace(name: str) -> Trace:
+    if name == "standard":
+        return load_trace(STANDARD_TRACE)
+    if name.startswith("synthetic:"):
+        return synthetic_trace(seed=int(name.split(":", 1)[1]))
+    return load_trace(name)
 
 
-def better(ours: float, theirs: float) -> float:
-    """Improvement in percent: 100 * (1 - ours / theirs); positive means lower is ours."""
+def per_shape(result: SimResult) -> dict[str, dict[str, float]]:
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for job in result.jobs:
+        done = (job.finish or 0.0) - job.arrival
+        groups.setdefault(shape_of(job.curve.id), []).append((time_to_fraction(job, 0.95), done))
+    return {shape: {"t95_mean": float(np.mean([t for t, _ in v])),
+                    "mean_completion": float(np.mean([c for _, c in v]))}
+            for shape, v in groups.items()}
+
+
+def run_cell(args: tuple[str, int, float, float, int, tuple[str, ...]]
+             ) -> dict[str, dict[str, object]]:
+    name, slots, load, chunk, seed, policies = args
+    trace = get_trace(name)
+    arrivals = generate_workload(trace, slots=slots, load=load, seed=seed, chunk_seconds=chunk)
+    config = SimConfig(slots=slots, chunk_seconds=chunk)
+    out: dict[str, dict[str, object]] = {}
+    for policy in policies:
+        result = simulate(build_policy(policy, trace, arrivals), trace, arrivals, config)
+        out[policy] = {"figures": figures(result).as_dict(), "shapes": per_shape(result)}
+    return out
+
+
+def change(ours: float, theirs: float) -> float:
+    """100 * (1 - ours / theirs): positive means ours is lower (better)."""
     return 100.0 * (1.0 - ours / theirs) if theirs > 0 else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--trace", type=Path, default=STANDARD_TRACE)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces", nargs="+", default=["standard", "synthetic:1"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[3, 4, 5])
     parser.add_argument("--slots", type=int, nargs="+", default=list(SLOTS))
     parser.add_argument("--loads", type=float, nargs="+", default=list(LOADS))
-    parser.add_argument("--chunk-seconds", type=float, default=0.1)
-    parser.add_argument("--policies", nargs="+", default=list(SIM_POLICIES))
+    parser.add_argument("--chunks", type=float, nargs="+", default=list(CHUNKS),
+                        help="chunk seconds (1.0 is the live default)")
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES))
     parser.add_argument("--procs", type=int, default=1, help="parallel worker processes")
     parser.add_argument("--report", type=Path, help="write a Plotly HTML report here")
-    parser.add_argument("--json-out", type=Path, help="write raw figures as JSON here")
+    parser.add_argument("--json-out", type=Path, help="write averaged figures as JSON here")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    tasks = [(args.trace, s, load, seed, args.chunk_seconds, tuple(args.policies))
-             for s in args.slots for load in args.loads for seed in args.seeds]
+    tasks = [(t, s, load, c, seed, tuple(args.policies)) for t in args.traces
+             for s in args.slots for load in args.loads for c in args.chunks
+             for seed in args.seeds]
     if args.procs > 1:
         with ProcessPoolExecutor(args.procs) as pool:
-            raw = list(pool.map(cell, tasks))
+            raw = list(pool.map(run_cell, tasks))
     else:
-        raw = [cell(t) for t in tasks]
-    grid: dict[tuple[int, float], dict[str, dict[str, float]]] = {}
-    for (_, s, load, _, _, _), figs in zip(tasks, raw, strict=True):
-        grid.setdefault((s, load), {})
-        for name, fig in figs.items():
-            acc = grid[(s, load)].setdefault(name, {k: 0.0 for k in KEYS})
+        raw = [run_cell(t) for t in tasks]
+    grid: dict[Cell, dict[str, dict[str, float]]] = {}
+    shapes: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for (t, s, load, c, _, _), runs in zip(tasks, raw, strict=True):
+        cell = grid.setdefault((t, s, load, c), {})
+        for policy, got in runs.items():
+            acc = cell.setdefault(policy, {k: 0.0 for k in KEYS})
+            figs: dict[str, float] = got["figures"]  # type: ignore[assignment]
             for k in KEYS:
-                acc[k] += fig[k] / len(args.seeds)
-    summary = report_grid(grid, args.policies)
+                acc[k] += figs[k] / len(args.seeds)
+            by_shape: dict[str, dict[str, float]] = got["shapes"]  # type: ignore[assignment]
+            for shape, vals in by_shape.items():
+                for k, v in vals.items():
+                    shapes.setdefault(f"{t}|{shape}", {}).setdefault(policy, {}).setdefault(
+                        k, []).append(v)
+    summary = headline(grid, args.policies)
+    if any(t.startswith("synthetic") for t in args.traces):
+        shape_table(shapes)
     print(f"\n{len(tasks)} workloads x {len(args.policies)} policies in "
-          f"{time.perf_counter() - started:.0f}s (seeds {args.seeds}, "
-          f"chunk {args.chunk_seconds}s, trace {args.trace.name})")
+          f"{time.perf_counter() - started:.0f}s (seeds {args.seeds}, chunks {args.chunks})")
     if args.json_out:
         args.json_out.write_text(json.dumps(
-            {f"{s}x{load}": figs for (s, load), figs in grid.items()}, indent=1))
+            {"|".join(map(str, key)): figs for key, figs in grid.items()}, indent=1))
     if args.report:
         write_report(args.report, grid, summary)
         print(f"report written to {args.report}")
     return 0
 
 
-def report_grid(grid: dict[tuple[int, float], dict[str, dict[str, float]]],
-                policies: list[str]) -> dict[str, dict[tuple[int, float], float]]:
-    """Print one table per cell and a summary; returns slaq's ratios per cell."""
-    summary: dict[str, dict[tuple[int, float], float]] = {}
-    for (s, load), figs in sorted(grid.items()):
-        print(f"\n== {s} slots, load {load} ==")
-        print(f"{'policy':<13}" + "".join(f"{k:>16}" for k in KEYS))
-        for name in policies:
-            print(f"{name:<13}" + "".join(f"{figs[name][k]:>16.4g}" for k in KEYS))
+def headline(grid: dict[Cell, dict[str, dict[str, float]]], policies: list[str]
+             ) -> dict[str, dict[Cell, float]]:
+    """One markdown row per cell: quality next to completion time; returns slaq's changes."""
+    comparisons = [(base, k) for base in ("fair", "las") for k in HEADLINE] + [
+        ("oracle", "avg_norm_loss")]
+    cols = [f"{k.split('_')[0] if k != 'mean_completion' else 'compl'} vs {b}"
+            for b, k in comparisons]
+    print("\n| trace | slots | load | chunk | " + " | ".join(
+        f"{p} loss" for p in policies) + " | slaq compl (s) | " + " | ".join(cols) + " |")
+    print("|" + "---|" * (5 + len(policies) + len(cols)))
+    summary: dict[str, dict[Cell, float]] = {}
+    for key in sorted(grid):
+        figs = grid[key]
         if "slaq" not in figs:
             continue
-        for base in ("fair", "las", "slaq-classic", "oracle"):
+        row = [figs[p]["avg_norm_loss"] for p in policies]
+        diffs = []
+        for base, k in comparisons:
             if base not in figs:
+                diffs.append(float("nan"))
                 continue
-            gains = {k: better(figs["slaq"][k], figs[base][k]) for k in HEADLINE}
-            print(f"slaq vs {base:<13}" + "  ".join(f"{k} {v:+.1f}%" for k, v in gains.items()))
-            for k, v in gains.items():
-                summary.setdefault(f"vs {base}: {k}", {})[(s, load)] = v
-    print("\n== slaq summary over the grid (improvement %, positive = slaq lower/better) ==")
-    for key, values in summary.items():
+            # The oracle column is slaq's excess over the oracle (positive = worse).
+            v = (-change(figs["slaq"][k], figs[base][k]) if base == "oracle"
+                 else change(figs["slaq"][k], figs[base][k]))
+            diffs.append(v)
+            summary.setdefault(f"{key[0]} vs {base}: {k}", {})[key] = v
+        t, s, load, c = key
+        print(f"| {t} | {s} | {load:g} | {c:g} | " + " | ".join(f"{v:.4f}" for v in row)
+              + f" | {figs['slaq']['mean_completion']:.2f} | "
+              + " | ".join(f"{v:+.1f}%" for v in diffs) + " |")
+    print("\n== slaq over the grid, per trace (min / mean / max; positive = slaq better, "
+          "except 'vs oracle' = slaq's excess) ==")
+    for name, values in summary.items():
         cells = np.array(list(values.values()))
-        print(f"{key:<38} min {cells.min():+7.1f}  mean {cells.mean():+7.1f}  "
-              f"max {cells.max():+7.1f}")
+        print(f"{name:<44} {cells.min():+7.1f} / {cells.mean():+7.1f} / {cells.max():+7.1f}")
     return summary
 
 
-def write_report(path: Path, grid: dict[tuple[int, float], dict[str, dict[str, float]]],
-                 summary: dict[str, dict[tuple[int, float], float]]) -> None:
+def shape_table(shapes: dict[str, dict[str, dict[str, list[float]]]]) -> None:
+    print("\n== per shape (mean over cells and seeds): slaq's change in t95 and completion ==")
+    print("| trace | shape | t95 vs fair | t95 vs las | t95 gap to oracle | compl vs fair "
+          "| compl vs las |")
+    print("|---|---|---|---|---|---|---|")
+    for key in sorted(shapes):
+        by = {p: {k: float(np.mean(v)) for k, v in d.items()} for p, d in shapes[key].items()}
+        if "slaq" not in by:
+            continue
+        ours = by["slaq"]
+
+        def pct(base: str, k: str, ours: dict[str, float] = ours,
+                by: dict[str, dict[str, float]] = by) -> str:
+            return f"{change(ours[k], by[base][k]):+.1f}%" if base in by else "-"
+
+        gap = (f"{-change(ours['t95_mean'], by['oracle']['t95_mean']):+.1f}%"
+               if "oracle" in by else "-")
+        trace, shape = key.split("|")
+        print(f"| {trace} | {shape} | {pct('fair', 't95_mean')} | {pct('las', 't95_mean')} "
+              f"| {gap} | {pct('fair', 'mean_completion')} | {pct('las', 'mean_completion')} |")
+
+
+def write_report(path: Path, grid: dict[Cell, dict[str, dict[str, float]]],
+                 summary: dict[str, dict[Cell, float]]) -> None:
     import plotly.graph_objects as go
 
     from backend.simulation.report import table_figure, write_html
 
-    figures = []
-    slots = sorted({s for s, _ in grid})
-    loads = sorted({load for _, load in grid})
-    for key in ("vs fair: avg_norm_loss", "vs las: avg_norm_loss", "vs oracle: avg_norm_loss",
-                "vs fair: t95_mean", "vs fair: mean_completion"):
-        if key not in summary:
-            continue
-        z = [[summary[key].get((s, load), np.nan) for load in loads] for s in slots]
-        heat = go.Figure(go.Heatmap(z=z, x=[f"load {x}" for x in loads],
-                                    y=[f"{s} slots" for s in slots], colorscale="RdBu",
-                                    zmid=0, texttemplate="%{z:.1f}%"))
-        heat.update_layout(title=f"slaq improvement {key} (positive = better)", height=350)
-        figures.append(heat)
-    for (s, load), figs in sorted(grid.items()):
-        rows = [[name] + [figs[name][k] for k in KEYS] for name in figs]
-        figures.append(table_figure(["policy", *KEYS], rows, f"{s} slots, load {load}"))
-    write_html(path, "SLAQ scheduling quality, simulated", figures)
+    figs = []
+    for name, values in summary.items():
+        keys = sorted(values)
+        bar = go.Figure(go.Bar(x=[f"{s}x{load:g}@{c:g}s" for _, s, load, c in keys],
+                               y=[values[k] for k in keys]))
+        bar.update_layout(title=f"slaq {name} (%)", height=300)
+        figs.append(bar)
+    for key, cell in sorted(grid.items()):
+        rows = [[p] + [cell[p][k] for k in KEYS] for p in cell]
+        figs.append(table_figure(["policy", *KEYS], rows,
+                                 "{} {} slots, load {}, chunk {}s".format(*key)))
+    write_html(path, "SLAQ scheduling quality, simulated", figs)
 
 
 if __name__ == "__main__":

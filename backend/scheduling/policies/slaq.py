@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 
 import numpy as np
 
 from backend.scheduling.allocation import fill_slots
-from backend.scheduling.guards import Ranked, WaitBounds, split_overdue
+from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_overdue
 from backend.scheduling.predictor import CurveFit, LossPredictor
 from backend.scheduling.types import Grant, JobView, Snapshot
 
@@ -24,40 +24,92 @@ def planned_iterations(snapshot: Snapshot, job: JobView, fit: CurveFit | None) -
     return max(1, min(wanted, job.max_iterations - job.iterations_done))
 
 
+HORIZONS: tuple[int, ...] = (1, 2, 4, 8, 16)
+"""Chunks ahead the lookahead index looks (Gittins-style: the best rate over these)."""
+
+
+def lookahead_rate(gain: Callable[[int], float], n: int, remaining: int,
+                   seconds_per_iteration: float, horizons: Sequence[int] = HORIZONS
+                   ) -> tuple[float, int]:
+    """The best ``gain(h n) / (h n s)`` over ``h`` in ``horizons`` and the ``h`` that gives it.
+
+    ``gain(m)`` is the (normalised) drop over the next ``m`` iterations; ``m``
+    stops at the job's ``remaining`` iterations. A curve whose drop is still
+    to come (a plateau before a drop, a schedule step) has its best rate at a
+    longer horizon, so it is not ranked as converged.
+    """
+    best, best_h = 0.0, 1
+    for h in horizons:
+        m = min(h * n, remaining)
+        rate = gain(m) / max(m * seconds_per_iteration, 1e-9)
+        if rate > best:
+            best, best_h = rate, h
+        if m >= remaining:
+            break
+    return best, best_h
+
+
 @dataclass
 class SlaqPolicy:
-    """Quality-driven scheduling (SLAQ, SoCC'17) with an optimistic predictor.
+    """Quality-driven scheduling (SLAQ, SoCC'17) with a lookahead index.
 
-    Each waiting job with history is scored by the loss drop its next chunk
-    of ``n`` iterations is predicted to bring, plus ``exploration`` times the
-    recent prediction error (an upper confidence bound), divided by the
-    largest drop the job has shown (initial loss to lowest loss, so jobs with
-    different loss scales compare) and by the chunk's seconds, times the
-    tenant's share weight. Order of service:
+    A waiting job with history gets an index, in normalised loss drop per
+    slot-second:
 
-    1. jobs past a wait bound (:class:`~backend.scheduling.guards.WaitBounds`);
-    2. new jobs (no history) within the warm-up share of the slots;
-    3. everything else by score, new jobs scored at ``new_job_gain``.
+    * **lookahead**: the best predicted rate over 1, 2, 4, 8 and 16 chunks
+      ahead (:func:`lookahead_rate`), where the drop over ``m`` iterations is
+      the fit's ``drop(m) + exploration x recent prediction error``; a one-chunk
+      rate alone would rank a plateau or a learning-rate step as convergence;
+    * **normalised by the predicted total drop**: initial loss to the lower of
+      the lowest loss so far and the fit's asymptote (at most
+      ``total_drop_cap`` times the drop shown), so a young job's first steep
+      chunk does not count as its whole curve;
+    * **blended towards least attained service** when the model is unsure:
+      weight ``w = error / (error + predicted drop + error_floor)`` of the
+      next chunk, all normalised (``blend`` scales it), and ``w = 1`` while
+      the job has shown less than ``min_progress`` of its initial loss as
+      drop (a plateau at the start is no evidence of convergence). The LAS
+      part is ``new_job_gain / (attained seconds + chunk seconds)``: a job's
+      one unit of normalised gain spread over the service it has had, which
+      falls as the job ages, as LAS does;
+    * **rising loss** (newest level above the lowest loss by more than three
+      noise widths and ``diverge_margin`` of the drop shown): index 0, so a
+      diverging job runs only when a guard says so.
 
+    Order of service: jobs past a wait bound (``bounds``); jobs below the
+    service floor (``floor``, :class:`~backend.scheduling.guards.ServiceFloor`,
+    the completion-time guard); new jobs within the warm-up share
+    (``warmup_share`` of the slots); everything else by index x tenant share
+    weight, new jobs beyond the share at ``new_job_gain`` per chunk second.
     Tenant slot quotas are enforced by ``fill_slots``.
 
-    Worked example: 1 free slot of 2 (``chunk_seconds=1``); job 1 fell from
-    1.0 to 0.5 over 40 iterations at 0.01 s each and is still falling fast,
-    job 2 fell from 1.0 to 0.2 and has been flat at 0.2 for its last 100
-    iterations (same speed), job 3 is running. Job 1's next 100 iterations
-    are predicted to drop its loss by roughly 0.2, i.e. 0.4 of the 0.5 it
-    has shown, per 1 s; job 2's predicted drop is about 0. One grant: job 1,
-    100 iterations, reason "rank 1 by predicted gain: 0.4 of its largest
-    drop ...", ``predicted_gain`` about 0.4.
+    Worked example (``tests/unit/test_lookahead.py``): 1 free slot of 2
+    (``chunk_seconds=1``, 0.01 s an iteration, so 99-iteration chunks), nobody
+    behind the service floor. Job 1 fell from 1.0 to 0.5 over 40 iterations
+    along ``0.1 + 0.9 r^k``: the exp fit predicts a drop of about 0.35 over
+    the next chunk, 0.38 of its predicted total drop of 0.9 (1.0 to the fit's
+    asymptote 0.1), best over one chunk: index 0.39 per second; its
+    predictions are accurate, so no LAS weight. Job 2 fell from 1.0 to 0.2
+    and has been exactly flat for 100 iterations: no decreasing fit, index 0.
+    One grant: job 1, 99 iterations, reason "rank 1 by lookahead index: next
+    99 iterations predicted to bring 0.385 of its predicted total drop ...",
+    ``predicted_gain`` 0.385.
     """
 
     name: str = "slaq"
     bounds: WaitBounds | None = field(default_factory=WaitBounds)
+    floor: ServiceFloor | None = field(default_factory=ServiceFloor)
     exploration: float = 1.0
     warmup_share: float = 0.5
     new_job_gain: float = 1.0
+    horizons: tuple[int, ...] = HORIZONS
+    blend: float = 1.0
+    min_progress: float = 0.02
+    total_drop_cap: float = 4.0
+    diverge_margin: float = 0.1
+    error_floor: float = 0.03
     predictor: LossPredictor = field(default_factory=LossPredictor)
-    _scores: dict[int, tuple[CurveFit, int, float]] = field(default_factory=dict)
+    _scores: dict[int, tuple[CurveFit, int, float, float, float]] = field(default_factory=dict)
 
     def allocate(self, snapshot: Snapshot) -> list[Grant]:
         waiting = snapshot.waiting()
@@ -65,6 +117,9 @@ class SlaqPolicy:
             return []
         self._forget_finished(snapshot)
         overdue, rest = split_overdue(snapshot, self.bounds, waiting)
+        behind: list[Ranked] = []
+        if self.floor is not None:
+            behind, rest = self.floor.behind(snapshot, rest)
         known = [job for job in rest if job.losses]
         fit_of = dict(zip((job.job_id for job in known), self.predictor.fit_many(known),
                           strict=True))
@@ -83,19 +138,50 @@ class SlaqPolicy:
         order = np.lexsort((np.array([j.job_id for j in ranked]),
                             np.array([j.waiting_since for j in ranked]), -scores))
         explained = self._explained([ranked[i] for i in order], scores[order], snapshot, fit_of)
-        return fill_slots(snapshot, chain(overdue, warm, explained))
+        return fill_slots(snapshot, chain(overdue, behind, warm, explained))
 
     def _score(self, snapshot: Snapshot, job: JobView, fit: CurveFit) -> float:
-        """Optimistic normalised gain per slot-second, memoised per fit and chunk length."""
+        """Lookahead index blended with LAS, per slot-second; the model part is
+        memoised per fit and chunk length (the LAS part changes with service)."""
         n = planned_iterations(snapshot, job, fit)
         cached = self._scores.get(job.job_id)
         if cached is not None and cached[0] is fit and cached[1] == n:
-            return cached[2]
-        gain = self._normalised(fit, fit.drop(n) + self.exploration * fit.uncertainty(n))
-        seconds = n * (fit.seconds_per_iteration or snapshot.chunk_seconds / n)
-        per_second = gain / max(seconds, 1e-9)
-        self._scores[job.job_id] = (fit, n, per_second)
-        return per_second
+            _, _, index, weight, _ = cached
+        else:
+            index, weight, point = self._index(snapshot, job, fit, n)
+            self._scores[job.job_id] = (fit, n, index, weight, point)
+        if weight <= 0:
+            return index
+        las = self.new_job_gain / (job.attained_seconds + snapshot.chunk_seconds)
+        return (1 - weight) * index + weight * las
+
+    def _index(self, snapshot: Snapshot, job: JobView, fit: CurveFit, n: int
+               ) -> tuple[float, float, float]:
+        """(lookahead index, weight of LAS, normalised drop of the next chunk)."""
+        scale = self._total_drop(fit)
+        point = fit.drop(n) / scale
+        if fit.anchor > fit.lowest_loss + 3 * fit.noise + self.diverge_margin * fit.largest_drop:
+            return 0.0, 0.0, point
+        spi = fit.seconds_per_iteration or snapshot.chunk_seconds / n
+        remaining = max(job.remaining_iterations, 1)
+        index, _ = lookahead_rate(
+            lambda m: (fit.drop(m) + self.exploration * fit.uncertainty(m)) / scale,
+            n, remaining, spi, self.horizons)
+        if fit.largest_drop < self.min_progress * abs(fit.initial_loss):
+            return index, 1.0, point
+        error = fit.uncertainty(n) / scale
+        # ``error_floor`` keeps 0/0 on a converged, perfectly predicted curve
+        # from reading as "unsure": only errors material to the total drop count.
+        weight = min(1.0, self.blend * error / (error + point + self.error_floor))
+        return index, weight, point
+
+    def _total_drop(self, fit: CurveFit) -> float:
+        """Predicted total drop: initial loss to the fit's asymptote, at least the
+        drop shown and at most ``total_drop_cap`` times it."""
+        shown = max(fit.largest_drop, 1e-3 * abs(fit.initial_loss), 1e-12)
+        if not math.isfinite(fit.floor):
+            return shown
+        return min(max(fit.initial_loss - fit.floor, shown), self.total_drop_cap * shown)
 
     def _warmup(self, snapshot: Snapshot, new: list[JobView]) -> list[Ranked]:
         """New jobs served first, up to ``warmup_share`` of all slots (counting
@@ -108,11 +194,6 @@ class SlaqPolicy:
         return [(job, "warm-up share: new job, its first chunk measures its curve", None)
                 for job in new]
 
-    @staticmethod
-    def _normalised(fit: CurveFit, drop: float) -> float:
-        scale = max(fit.largest_drop, 1e-3 * abs(fit.initial_loss), 1e-12)
-        return drop / scale
-
     def _explained(self, ordered: list[JobView], scores: np.ndarray, snapshot: Snapshot,
                    fit_of: dict[int, CurveFit]) -> Iterator[Ranked]:
         # Reasons are formatted lazily: only the jobs fill_slots looks at pay for it.
@@ -122,11 +203,13 @@ class SlaqPolicy:
                 yield job, f"rank {rank}: new job, assumed gain {self.new_job_gain:g}", None
                 continue
             n = planned_iterations(snapshot, job, fit)
-            point = self._normalised(fit, fit.drop(n))
+            cached = self._scores.get(job.job_id)
+            point = cached[4] if cached is not None else fit.drop(n) / self._total_drop(fit)
+            weight = cached[3] if cached is not None else 0.0
             yield job, (
-                f"rank {rank} by predicted gain: {point:.3g} of its largest drop over "
-                f"{n} iterations ({score:.3g} per slot-second incl. uncertainty, "
-                f"{fit.family} fit)"
+                f"rank {rank} by lookahead index: next {n} iterations predicted to bring "
+                f"{point:.3g} of its predicted total drop ({score:.3g} per slot-second, "
+                f"{weight:.0%} least-attained-service, {fit.family} fit)"
             ), point
 
     def _forget_finished(self, snapshot: Snapshot) -> None:

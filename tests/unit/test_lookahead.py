@@ -1,0 +1,183 @@
+"""The lookahead index, its LAS blend and divergence rule, the service floor and
+the lookahead oracle, on literal curves."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from backend.scheduling.guards import ServiceFloor, WaitBounds
+from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve
+from backend.scheduling.policies.slaq import SlaqPolicy, lookahead_rate
+from backend.scheduling.simulator import SimConfig, SimJob, build_policy, simulate
+from backend.scheduling.trace import Trace, TraceCurve
+from backend.scheduling.types import JobView, LossPoint, Snapshot
+from backend.scheduling.workload import Arrival
+
+SPI = 0.01
+
+
+def plateau_then_drop(n: int = 600, start: int = 200) -> list[float]:
+    return [0.2 + 0.8 / (1 + math.exp((k - start) / 15)) for k in range(1, n + 1)]
+
+
+def step_lr(n: int = 600) -> list[float]:
+    # Decays to 0.6, a schedule step at 200 sends it to 0.3, another at 400 to 0.15.
+    out, begin, level, target = [], 0, 1.0, 0.6
+    for k in range(1, n + 1):
+        if k in (200, 400):
+            begin, level, target = k - 1, out[-1], out[-1] * 0.5
+        out.append(target + (level - target) * math.exp(-(k - begin) / 15))
+    return out
+
+
+def steep(n: int, rate: float) -> list[float]:
+    return [0.05 + rate**k for k in range(1, n + 1)]
+
+
+def curve(cid: str, losses: list[float]) -> TraceCurve:
+    return TraceCurve(id=cid, losses=tuple(losses), seconds=(SPI,) * len(losses),
+                      chunk_overhead_seconds=0.0, max_iterations=len(losses))
+
+
+def chunk_starts(job: SimJob) -> list[float]:
+    times = job.iteration_times
+    return [times[0]] + [b for a, b in zip(times, times[1:], strict=False) if b - a > 1.5 * SPI]
+
+
+def longest_wait(job: SimJob) -> float:
+    gaps = np.diff(job.iteration_times)
+    return float(gaps.max()) if gaps.size else 0.0
+
+
+def run(policy_name: str, subject: list[float], gap: float = 1.5, **options: object) -> SimJob:
+    """One slot; the subject arrives first, then a steep job every ``gap`` s (20 of them)."""
+    curves = [curve("subject", subject)] + [curve(f"s{i}", steep(150, 0.95)) for i in range(20)]
+    trace = Trace(tuple(curves))
+    arrivals = [Arrival(0, 0.0, "subject")] + [Arrival(i + 1, 0.5 + gap * i, f"s{i}")
+                                               for i in range(20)]
+    policy = build_policy(policy_name, trace, arrivals, **options)
+    result = simulate(policy, trace, arrivals, SimConfig(slots=1, chunk_seconds=0.5))
+    return result.jobs[0]
+
+
+def test_lookahead_rate_sees_past_a_plateau() -> None:
+    # Nothing for 2 chunks, then 1.0 in the third: the best rate is 1.0 / 3 chunks.
+    gain = {100: 0.0, 200: 0.0, 400: 1.0, 800: 1.0, 1600: 1.0}
+    rate, h = lookahead_rate(lambda m: gain[m], 100, 10_000, 0.01)
+    assert h == 4 and rate == 1.0 / 4.0
+    # A convex curve has its best rate one chunk ahead.
+    rate, h = lookahead_rate(lambda m: 1 - 0.5 ** (m / 100), 100, 10_000, 0.01)
+    assert h == 1 and math.isclose(rate, 0.5)
+    # The horizon stops at the job's remaining iterations.
+    _, h = lookahead_rate(lambda m: m / 1000, 100, 150, 0.01)
+    assert h in (1, 2)
+
+
+def test_plateau_then_drop_job_keeps_getting_chunks() -> None:
+    # The subject sits on a plateau while fresh steep jobs keep the one slot
+    # fully loaded. With the starvation bound (60 chunks) off, only the index's
+    # LAS blend and the service floor keep it running; it waits about 33 chunks
+    # at worst here, when the stream is densest.
+    job = run("slaq", plateau_then_drop(), bounds=WaitBounds(None, 5.0))
+    assert job.finish is not None
+    assert longest_wait(job) < 40 * 0.5
+    assert len(chunk_starts(job)) >= 6
+
+
+def test_step_lr_job_keeps_getting_chunks() -> None:
+    job = run("slaq", step_lr(), bounds=WaitBounds(None, 5.0))
+    assert job.finish is not None
+    assert longest_wait(job) < 40 * 0.5
+    assert len(chunk_starts(job)) >= 6
+
+
+def view(job_id: int, losses: list[float], *, attained: float, waiting_since: float = 0.0,
+         max_iterations: int = 2000) -> JobView:
+    points = tuple(LossPoint(k + 1, v, SPI) for k, v in enumerate(losses))
+    return JobView(job_id=job_id, tenant_id=1, submitted_at=0.0, iterations_done=len(points),
+                   max_iterations=max_iterations, losses=points, attained_seconds=attained,
+                   waiting_since=waiting_since, chunks_run=len(points) // 100)
+
+
+def test_diverging_job_stops_being_favoured() -> None:
+    falling = [0.2 + 1.0 / (1 + k / 20) for k in range(1, 301)]
+    rising = falling[:200] + [falling[199] * math.exp((k - 200) / 60) for k in range(200, 300)]
+    healthy = view(1, [0.2 + 1.0 / (1 + k / 20) for k in range(1, 301)], attained=3.0)
+    diverging = view(2, rising, attained=3.0)
+    s = Snapshot(now=10.0, free_slots=1, total_slots=2, chunk_seconds=1.0,
+                 jobs=[healthy, diverging])
+    policy = SlaqPolicy(floor=None)
+    fits = policy.predictor.fit_many([healthy, diverging])
+    assert policy._score(s, diverging, fits[1]) == 0.0
+    assert policy._score(s, healthy, fits[0]) > 0.0
+    assert [g.job_id for g in policy.allocate(s)] == [1]
+
+
+def test_service_floor_bounds_a_tail_jobs_wait() -> None:
+    # A flat tail (converged-looking, 9.6 s of work left) among a stream of
+    # steep jobs, with the starvation bound (60 chunks = 30 s) off: without the
+    # floor it waits 29 s at a stretch; a floor of half a round-robin turn
+    # rate must cut that to well under half. (The default, a quarter, allows
+    # 4 N chunk lengths with N runnable jobs: 24 s here.)
+    flat_tail = [0.3 + 0.7 * 0.9**k for k in range(1, 60)] + [0.3] * 900
+    guarded = run("slaq", flat_tail, gap=1.3, bounds=WaitBounds(None, 5.0),
+                  floor=ServiceFloor(fraction=0.5))
+    unguarded = run("slaq", flat_tail, gap=1.3, bounds=WaitBounds(None, 5.0), floor=None)
+    assert guarded.finish is not None and unguarded.finish is not None
+    assert longest_wait(unguarded) > 40 * 0.5
+    assert longest_wait(guarded) < 0.5 * longest_wait(unguarded)
+
+
+def test_service_floor_on_a_snapshot() -> None:
+    floor = ServiceFloor(fraction=0.5)
+    # 2 slots, 4 runnable jobs: a round-robin turn is 2 chunks, the bound 4 s.
+    starved = view(1, [1.0, 0.9, 0.8], attained=0.5, waiting_since=15.5)
+    served = view(2, [1.0, 0.9, 0.8], attained=9.0, waiting_since=16.5)
+    s = Snapshot(now=20.0, free_slots=1, total_slots=2, chunk_seconds=1.0,
+                 jobs=[starved, served, view(3, [1.0], attained=0.0, waiting_since=19.5),
+                       view(4, [1.0], attained=0.0, waiting_since=19.5)])
+    assert floor.wait_seconds(s) == 4.0
+    behind, rest = floor.behind(s, [starved, served])
+    assert [job.job_id for job, _, _ in behind] == [1]
+    assert "service floor" in behind[0][1]
+    assert [job.job_id for job in rest] == [2]
+    assert ServiceFloor(fraction=0.0).behind(s, [starved]) == ([], [starved])
+    # The policy serves the floor's job before a better-ranked one.
+    assert [g.job_id for g in SlaqPolicy().allocate(s)] == [1]
+
+
+def test_oracle_looks_past_a_plateau() -> None:
+    # Job 1: flat for 100 more iterations, then falls 1.0 over 200 (1/3 per
+    # second over 3 chunks); job 2 gains 0.25 in its next chunk and little after.
+    plateau = [1.0] * 200 + [1.0 - k / 200 for k in range(1, 201)]
+    quick = [1.0 - 0.25 * min(k, 100) / 100 - 0.75 * max(k - 100, 0) / 2000
+             for k in range(1, 2101)]
+    truth = {1: TrueCurve(1.0, plateau, [SPI] * len(plateau)),
+             2: TrueCurve(1.0, quick, [SPI] * len(quick))}
+    jobs = [view(1, plateau[:100], attained=1.0, max_iterations=len(plateau)),
+            view(2, quick[:1], attained=0.01, max_iterations=len(quick))]
+    s = Snapshot(now=5.0, free_slots=1, total_slots=2, chunk_seconds=1.0, jobs=jobs)
+    grants = OraclePolicy(true_curves=truth, floor=None).allocate(s)
+    assert [g.job_id for g in grants] == [1]
+    assert "chunk(s)" in grants[0].reason
+
+
+def test_docstring_worked_example() -> None:
+    rate = (0.4 / 0.9) ** (1 / 40)
+    falling = view(1, [0.1 + 0.9 * rate**k for k in range(1, 41)], attained=0.4)
+    flat = view(2, [0.2 + 0.8 * 0.9**k for k in range(1, 61)] + [0.2] * 100, attained=1.6)
+    busy = JobView(job_id=3, tenant_id=1, submitted_at=0.0, iterations_done=10,
+                   max_iterations=100, running=True)
+    s = Snapshot(now=1.0, free_slots=1, total_slots=2, chunk_seconds=1.0,
+                 jobs=[falling, flat, busy])
+    policy = SlaqPolicy()
+    grants = policy.allocate(s)
+    assert [(g.job_id, g.iterations) for g in grants] == [(1, 99)]
+    assert grants[0].predicted_gain is not None
+    assert abs(grants[0].predicted_gain - 0.385) < 0.01
+    assert grants[0].reason.startswith("rank 1 by lookahead index")
+    flat_fit = policy.predictor.fit(flat)
+    assert flat_fit.family == "flat" and flat_fit.uncertainty(99) == 0.0
+    assert policy._score(s, flat, flat_fit) == 0.0
