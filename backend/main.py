@@ -10,7 +10,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from backend.api import admin, auth, catalog, cluster, datasets, health, jobs, live, pages
+from backend.api import (
+    admin,
+    auth,
+    catalog,
+    cluster,
+    datasets,
+    health,
+    jobs,
+    jobs_bulk,
+    live,
+    pages,
+)
 from backend.api.body_guard import JsonBodyGuard, json_safe
 from backend.api.request_limit import ConcurrencyLimit
 from backend.core.settings import get_settings
@@ -31,6 +42,7 @@ def create_app() -> FastAPI:
     for router in (auth.router, jobs.router, live.router, catalog.router, admin.router,
                    cluster.router, health.router, pages.router, datasets.router):
         app.include_router(router)
+    app.include_router(jobs_bulk.router)
 
     @app.exception_handler(SpecErrors)
     async def _spec_errors(_request: Request, exc: SpecErrors) -> JSONResponse:

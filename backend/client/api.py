@@ -110,6 +110,16 @@ class SlaqClient:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return dict(self._request("POST", f"/jobs/{job_id}/cancel"))
 
+    def bulk(self, action: str, *, ids: list[int] | None = None,
+             status: str | None = None) -> dict[str, Any]:
+        """Cancel, pause or resume the jobs ``ids``, or all of yours in ``status``."""
+        body: dict[str, Any] = {"action": action}
+        if ids is not None:
+            body["ids"] = ids
+        if status is not None:
+            body["filter"] = {"status": status}
+        return dict(self._request("POST", "/jobs/bulk", json=body))
+
     def pause(self, job_id: int) -> dict[str, Any]:
         return dict(self._request("POST", f"/jobs/{job_id}/pause"))
 

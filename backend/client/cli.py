@@ -78,8 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     watch = sub.add_parser("watch", help="follow a job's loss live until it finishes")
     watch.add_argument("job_id", type=int)
 
-    cancel = sub.add_parser("cancel", help="cancel a job")
-    cancel.add_argument("job_id", type=int)
+    cancel = sub.add_parser("cancel", help="cancel jobs: by id, or every job of yours in a "
+                                           "status (--status queued), in one request")
+    cancel.add_argument("job_ids", type=int, nargs="*", metavar="job_id")
+    cancel.add_argument("--status", choices=["queued", "running", "paused"],
+                        help="cancel every job of yours in this status")
 
     upload = sub.add_parser("upload", help="upload a CSV as a dataset of your tenant")
     upload.add_argument("path", type=Path)
@@ -293,9 +296,17 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    if bool(args.job_ids) == bool(args.status):
+        _err("give job ids or --status, not both")
+        return 2
     with _client() as client:
-        job = client.cancel(args.job_id)
-    _out(f"job {job['id']} {job['status']}")
+        if len(args.job_ids) == 1:
+            # One job keeps the per-job route, which says why it cannot be cancelled.
+            job = client.cancel(args.job_ids[0])
+            _out(f"job {job['id']} {job['status']}")
+            return 0
+        result = client.bulk("cancel", ids=args.job_ids or None, status=args.status)
+    _out(f"cancelled {result['changed']} jobs")
     return 0
 
 

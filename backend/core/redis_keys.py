@@ -89,3 +89,9 @@ class RedisKeys:
         """Hash: the last round's time, policy, slots and queue length (cluster page),
         and ``owner``, the lock token of the scheduler that ran it."""
         return f"{self.prefix}:scheduler:status"
+
+    @property
+    def scheduler_rounds(self) -> str:
+        """List, newest first and capped: JSON [round ms, ms until its grants were
+        dispatched, grants] of the scheduler's recent rounds (benchmarks, health)."""
+        return f"{self.prefix}:scheduler:rounds"

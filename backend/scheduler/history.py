@@ -7,6 +7,7 @@ so a round with thousands of runnable jobs costs one small query.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from sqlalchemy import select
 from sqlmodel import Session, col
@@ -23,20 +24,44 @@ class HistoryCache:
         self._last_id = 0
         self._points: dict[int, deque[LossPoint]] = {}
         self._first: dict[int, float] = {}
+        # Bumped whenever a job's points change, so cached views know to rebuild.
+        self._versions: dict[int, int] = {}
 
     def refresh(self, session: Session, progress: dict[int, int]) -> None:
         """Bring the cache up to date for the jobs in ``progress`` (job id ->
-        iterations done). New rows are read by id; a job seen for the first
-        time, or whose cache still lags its recorded progress (rows committed
-        out of id order), is reloaded from its own rows."""
-        for job_id in list(self._points):
-            if job_id not in progress:
-                del self._points[job_id]
+        iterations done), forgetting every other job."""
+        self.update(session, progress, [j for j in self._points if j not in progress])
+
+    def update(self, session: Session, changed: dict[int, int], removed: Iterable[int]) -> None:
+        """Forget ``removed``; read loss rows newer than the last seen (by id); and
+        for the jobs in ``changed`` (job id -> iterations done) seen for the first
+        time, or whose cache lags their recorded progress (rows committed out of
+        id order), reload their own rows."""
+        for job_id in removed:
+            self._points.pop(job_id, None)
+            self._versions.pop(job_id, None)
         self._pull_new_rows(session)
-        for job_id, done in progress.items():
+        unseen = [j for j, done in changed.items() if done == 0 and j not in self._points]
+        with_rows = self._with_rows(session, unseen)
+        for job_id in unseen:
+            if job_id not in with_rows:
+                # A job that never ran has no rows: no query per new job.
+                self._points[job_id] = deque(maxlen=KEEP_POINTS)
+        for job_id, done in changed.items():
             points = self._points.get(job_id)
             if points is None or (done > 0 and (not points or points[-1].iteration < done)):
                 self._reload(session, job_id)
+
+    @staticmethod
+    def _with_rows(session: Session, job_ids: list[int]) -> set[int]:
+        """Which of ``job_ids`` have any loss rows, a few hundred per query."""
+        found: set[int] = set()
+        for start in range(0, len(job_ids), 500):
+            part = job_ids[start:start + 500]
+            found.update(int(r[0]) for r in session.execute(
+                select(col(LossRecord.job_id)).where(col(LossRecord.job_id).in_(part))
+                .distinct()).all())
+        return found
 
     def _reload(self, session: Session, job_id: int) -> None:
         rows = session.execute(
@@ -49,6 +74,7 @@ class HistoryCache:
             (LossPoint(int(r[0]), float(r[1]), float(r[2])) for r in reversed(rows)),
             maxlen=KEEP_POINTS,
         )
+        self._versions[job_id] = self._versions.get(job_id, 0) + 1
 
     def _pull_new_rows(self, session: Session) -> None:
         new_rows = session.execute(
@@ -68,6 +94,10 @@ class HistoryCache:
             if points is None or (points and points[-1].iteration >= iteration):
                 continue  # not tracked, or a re-run of an iteration we have
             points.append(LossPoint(int(iteration), float(loss), float(seconds)))
+            self._versions[int(job_id)] = self._versions.get(int(job_id), 0) + 1
+
+    def version(self, job_id: int) -> int:
+        return self._versions.get(job_id, 0)
 
     def points(self, job_id: int) -> tuple[LossPoint, ...]:
         return tuple(self._points.get(job_id, ()))

@@ -113,6 +113,7 @@ def run_forever() -> None:
     keeper.start()
     while not stop.is_set():
         if not keeper.may_grant():
+            scheduler.stand_by()
             # Woken the moment the keeper takes the lock, not a tick later.
             keeper.acquired.wait(settings.scheduler_tick_seconds)
             keeper.acquired.clear()

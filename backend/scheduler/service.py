@@ -1,8 +1,10 @@
 """One scheduling round, and the loop that runs rounds.
 
 A round: return lost chunks to the queue (lease expired, or the worker slot
-that started the chunk stopped heartbeating), build a snapshot from the database
-and Redis, ask the active policy for grants, drop any grant that breaks a hard
+that started the chunk stopped heartbeating), bring the in-memory job state up
+to date with what changed (:mod:`backend.scheduler.state`), serve free slots
+from the head of the last full ranking (the backlog), ask the active policy for
+grants for any slot still free, drop any grant that breaks a hard
 limit (the simulator's own check), and dispatch the rest (DB update fenced by
 chunk_seq, decision row, lease, Celery message). Then it publishes what the
 queue page and the job chart show: why jobs wait, and the loss-curve fits made
@@ -13,25 +15,26 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import redis
-from sqlalchemy import select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
 from backend.core.fits import fit_payload, publish_fits
 from backend.core.leases import Heartbeats, Leases
-from backend.core.models import Decision, Job, JobStatus, Tenant, as_utc, utcnow
+from backend.core.models import Decision, Job, JobStatus, Tenant, utcnow
 from backend.core.notify import publish_job_event
 from backend.core.portal_settings import active_policy_name
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.history import HistoryCache
-from backend.scheduling.allocation import Rejected, split_grants
+from backend.scheduler.state import JobState
+from backend.scheduling.allocation import Rejected, chunk_iterations, split_grants
 from backend.scheduling.explain import explain_waiting
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import make_policy
@@ -41,16 +44,19 @@ log = logging.getLogger(__name__)
 
 # Explaining the queue asks the policy for a full ranking: at most this often.
 EXPLAIN_EVERY_SECONDS = 1.0
+# Grants ranked beyond the free slots, kept to serve a freed slot before re-ranking.
+BACKLOG_LENGTH = 32
+BACKLOG_PREFIX = "from backlog: "
+# Share of the slots new jobs are admitted to warm up while others wait.
+WARMUP_SHARE = 0.5
+# Not-yet-admitted new jobs given a published reason; the rest show none.
+HELD_BACK_EXPLAINED = 1000
+# Round durations kept in Redis for the cluster page and benchmarks.
+ROUNDS_KEPT = 200
 
 
 class ChunkSender(Protocol):
     def __call__(self, job_id: int, chunk_seq: int, iterations: int) -> None: ...
-
-
-def _epoch(moment: datetime | None) -> float:
-    if moment is None:
-        return 0.0
-    return as_utc(moment).timestamp()
 
 
 @dataclass
@@ -83,11 +89,23 @@ class Scheduler:
         self.may_grant = may_grant
         self.leases = Leases(client, keys)
         self.heartbeats = Heartbeats(client, keys)
-        self.history = HistoryCache()
+        self.state = JobState(client, keys)
         # Fits the chart for policies that keep no predictor of their own.
         self.predictor = LossPredictor()
         self._policy: Policy | None = None
         self._explained_at = float("-inf")
+        self._explain_cost = 0.0
+        self._backlog: list[Grant] = []
+        self._backlog_basis: tuple[str, dict[int, TenantView], int] | None = None
+        self._held_back: list[int] = []
+
+    def stand_by(self) -> None:
+        """Drop the in-memory state while another scheduler grants: events would
+        pile up unread, and on taking over the state is rebuilt from the database."""
+        if self.state.built:
+            self.state.close()
+            self.state = JobState(self.redis, self.keys)
+            self._backlog = []
 
     def policy(self, name: str) -> Policy:
         # One instance across rounds, so a policy may memoise its fits.
@@ -95,7 +113,12 @@ class Scheduler:
             self._policy = make_policy(name)
         return self._policy
 
+    @property
+    def history(self) -> HistoryCache:
+        return self.state.history
+
     def run_round(self) -> RoundResult:
+        began = time.perf_counter()
         with Session(self.engine, expire_on_commit=False) as session:
             name = active_policy_name(session, self.default_policy)
             live = self.leases.live_job_ids()
@@ -105,53 +128,126 @@ class Scheduler:
             claims = self.leases.claimed_slots()
             alive = set(self.heartbeats.alive())
             reclaimed = self._reclaim_lost(session, live, claims, alive)
-            jobs = list(session.exec(  # type: ignore[call-overload]
-                select(Job).where(Job.status.in_([JobStatus.queued, JobStatus.running]))  # type: ignore[attr-defined]
-            ).scalars())
-            tenants = {t.id: t for t in session.exec(select(Tenant)).scalars()}  # type: ignore[call-overload]
-            self.history.refresh(session, {j.id: j.checkpoint_iteration for j in jobs})
+            for job_id in reclaimed:
+                self.state.mark_dirty(job_id)
+            self.state.sync(session, live)
+            tenant_rows = session.execute(select(col(Tenant.id), col(Tenant.max_slots),
+                                                 col(Tenant.share_weight))).all()
+            tenants = {int(t): TenantView(int(t), int(m), float(w)) for t, m, w in tenant_rows}
             slots = len(alive)
             free = max(slots - len(live), 0)
-            snapshot = Snapshot(
-                now=time.time(),
-                free_slots=free,
-                total_slots=slots,
-                chunk_seconds=self.chunk_seconds,
-                jobs=[self._view(job, job.id in live) for job in jobs],
-                tenants={
-                    tid: TenantView(tid, t.max_slots, t.share_weight) for tid, t in tenants.items()
-                },
-                default_chunk_iterations=self.default_chunk_iterations,
-            )
+            views, self._held_back = self._admitted(slots, live, tenants)
+            snapshot = Snapshot(now=time.time(), free_slots=free, total_slots=slots,
+                                chunk_seconds=self.chunk_seconds, jobs=views, tenants=tenants,
+                                default_chunk_iterations=self.default_chunk_iterations)
             policy = self.policy(name)
-            grants, rejected = split_grants(snapshot,
-                                            policy.allocate(snapshot) if free > 0 else [])
-            for grant, reason in rejected:
-                # A policy bug must not oversubscribe workers or a tenant's
-                # quota; the valid grants still run so the cluster keeps going.
-                log.warning("policy %s: dropped grant of %d iterations to job %d: %s",
-                            name, grant.iterations, grant.job_id, reason)
-            dispatched = [g for g in grants if self._dispatch(session, g, name)]
+            if (name, tenants, self.state.arrivals) != self._backlog_basis:
+                # Ranked under another policy or other quotas, or before a job
+                # arrived that might outrank it all.
+                self._backlog = []
+            dispatched: list[Grant] = []
+            rejected: list[Rejected] = []
+            if free > 0 and self._backlog:
+                # A freed slot is served from the last full ranking before the
+                # policy runs again, so it never waits for the expensive part.
+                dispatched, rejected = self._grant(session, snapshot, self._from_backlog(snapshot),
+                                                   name)
+                if dispatched:
+                    snapshot = self._after(snapshot, dispatched)
+            if snapshot.free_slots > 0:
+                more, dropped = self._grant(session, snapshot, policy.allocate(snapshot), name)
+                dispatched += more
+                rejected += dropped
+                if more:
+                    snapshot = self._after(snapshot, more)
+            granted_ms = (time.perf_counter() - began) * 1000
+            # Re-rank after dispatch, off the grant's path: the next few grants
+            # the policy would make are the backlog the next freed slot takes.
+            self._backlog = policy.allocate(replace(snapshot, free_slots=BACKLOG_LENGTH))
+            self._backlog_basis = (name, tenants, self.state.arrivals)
             self._explain(policy, snapshot, {g.job_id for g in dispatched})
             if self.may_grant():
-                self._publish_status(name, slots, free, len(jobs), dispatched)
+                self._publish_status(name, slots, free, len(self.state.rows), dispatched,
+                                     granted_ms, (time.perf_counter() - began) * 1000)
             self._publish_fits(policy, snapshot)
-        return RoundResult(name, slots, free, len(jobs), dispatched, reclaimed, rejected)
+        return RoundResult(name, slots, free, len(self.state.rows), dispatched, reclaimed,
+                           rejected)
 
-    def _view(self, job: Job, running: bool) -> JobView:
-        return JobView(
-            job_id=job.id or 0,
-            tenant_id=job.tenant_id,
-            submitted_at=_epoch(job.created_at),
-            iterations_done=job.checkpoint_iteration,
-            max_iterations=job.max_iterations,
-            losses=self.history.points(job.id or 0),
-            running=running or job.status == JobStatus.running,
-            attained_seconds=job.attained_seconds,
-            waiting_since=_epoch(job.waiting_since),
-            chunks_run=job.chunks_run,
-            initial_loss=job.initial_loss,
-        )
+    def _admitted(self, slots: int, live: set[int],
+                  tenants: dict[int, TenantView]) -> tuple[list[JobView], list[int]]:
+        """Views the policy sees: every job that has run, plus as many never-run
+        jobs as the slots can warm up; the other new jobs wait their turn.
+
+        Without this, thousands of new jobs all pass the warm-up bound at once
+        and every slot goes to first chunks while jobs with history starve (and
+        every round ranks them all). New jobs are admitted round-robin across
+        tenants, oldest first within a tenant, skipping tenants at their slot
+        quota, so one tenant's flood does not hold back another's first job.
+        """
+        rows = self.state.rows
+        in_flight: dict[int, int] = {}
+        running_new = 0
+        known: list[JobView] = []
+        for job_id in self.state.known:
+            row = rows[job_id]
+            running = job_id in live or row.status == JobStatus.running
+            if running:
+                in_flight[row.tenant_id] = in_flight.get(row.tenant_id, 0) + 1
+                running_new += row.is_new
+            known.append(self.state.view(job_id, running))
+        waiting_known = sum(1 for v in known if not v.running)
+        allowance = max(math.ceil(WARMUP_SHARE * slots) - running_new
+                        + max(slots - waiting_known, 0), 1)
+        new = self.state.new_waiting(allowance + HELD_BACK_EXPLAINED)
+        queues = []
+        for tenant_id, jobs in new.items():
+            limit = tenants[tenant_id].max_slots if tenant_id in tenants else slots
+            # A tenant at its quota could not start a new job anyway: its new
+            # jobs keep their place but take no admission.
+            queues.append((jobs[0], in_flight.get(tenant_id, 0) >= limit, jobs))
+        queues.sort(key=lambda q: (q[1], q[0]))
+        order: list[int] = []
+        for depth in range(max((len(q[2]) for q in queues), default=0)):
+            if len(order) >= allowance + HELD_BACK_EXPLAINED:
+                break
+            order.extend(q[2][depth] for q in queues if depth < len(q[2]))
+        known.extend(self.state.view(job_id, False) for job_id in order[:allowance])
+        return known, order[allowance:]
+
+    def _from_backlog(self, snapshot: Snapshot) -> list[Grant]:
+        waiting = {job.job_id: job for job in snapshot.waiting()}
+        in_flight = snapshot.running_by_tenant()
+        picked: list[Grant] = []
+        while self._backlog and len(picked) < snapshot.free_slots:
+            grant = self._backlog.pop(0)
+            job = waiting.get(grant.job_id)
+            if job is None:
+                continue  # granted, paused or cancelled since the ranking
+            used = in_flight.get(job.tenant_id, 0)
+            if used >= snapshot.tenant(job.tenant_id).max_slots:
+                continue  # its tenant is at quota now; the next ranking places it again
+            in_flight[job.tenant_id] = used + 1
+            # Sized now: the job may have run since it was ranked.
+            picked.append(replace(grant, iterations=chunk_iterations(snapshot, job),
+                                  reason=f"{BACKLOG_PREFIX}{grant.reason}"))
+        return picked
+
+    def _grant(self, session: Session, snapshot: Snapshot, grants: list[Grant],
+               name: str) -> tuple[list[Grant], list[Rejected]]:
+        ok, rejected = split_grants(snapshot, grants)
+        for grant, reason in rejected:
+            # A policy bug must not oversubscribe workers or a tenant's
+            # quota; the valid grants still run so the cluster keeps going.
+            log.warning("policy %s: dropped grant of %d iterations to job %d: %s",
+                        name, grant.iterations, grant.job_id, reason)
+        return [g for g in ok if self._dispatch(session, g, name)], rejected
+
+    @staticmethod
+    def _after(snapshot: Snapshot, grants: list[Grant]) -> Snapshot:
+        granted = {g.job_id for g in grants}
+        return replace(snapshot, free_slots=max(snapshot.free_slots - len(grants), 0),
+                       jobs=[replace(j, running=True) if j.job_id in granted else j
+                             for j in snapshot.jobs])
 
     def _reclaim_lost(self, session: Session, live: set[int], claims: dict[int, str],
                       alive: set[str]) -> list[int]:
@@ -199,43 +295,73 @@ class Scheduler:
     def _dispatch(self, session: Session, grant: Grant, policy: str) -> bool:
         if not self.may_grant():
             return False
-        job = session.get(Job, grant.job_id)
-        if job is None or job.status != JobStatus.queued:
+        row = self.state.rows.get(grant.job_id)
+        if row is None or row.status != JobStatus.queued:
             return False
-        seq = job.chunk_seq + 1
+        seq = row.chunk_seq + 1
+        now = utcnow()
+        # By primary key, fenced by chunk_seq and status: no ORM object is
+        # loaded, so nothing is checked against thousands of identity-map rows.
         result = session.execute(
             update(Job)
-            .where(Job.id == job.id, Job.chunk_seq == job.chunk_seq,  # type: ignore[arg-type]
-                   Job.status == JobStatus.queued)  # type: ignore[arg-type]
+            .where(col(Job.id) == grant.job_id, col(Job.chunk_seq) == row.chunk_seq,
+                   col(Job.status) == JobStatus.queued)
             .values(status=JobStatus.running, chunk_seq=seq,
-                    started_at=job.started_at or utcnow(),
+                    started_at=func.coalesce(col(Job.started_at), now),
                     last_reason=grant.reason, predicted_gain=grant.predicted_gain)
         )
         if result.rowcount != 1:  # type: ignore[attr-defined]
             session.rollback()
+            self.state.mark_dirty(grant.job_id)
             return False  # paused or cancelled between snapshot and grant
-        session.add(Decision(job_id=grant.job_id, tenant_id=job.tenant_id, chunk_seq=seq,
-                             iterations=grant.iterations, policy=policy, reason=grant.reason,
-                             predicted_gain=grant.predicted_gain))
+        session.execute(insert(Decision).values(
+            job_id=grant.job_id, tenant_id=row.tenant_id, chunk_seq=seq,
+            iterations=grant.iterations, policy=policy, reason=grant.reason,
+            predicted_gain=grant.predicted_gain, created_at=now))
         session.commit()
+        self.state.dispatched(grant.job_id, seq)
         # Lease before message: a worker only runs a chunk whose lease it sees.
         self.leases.acquire(grant.job_id, seq, self.lease_seconds)
         self.send(grant.job_id, seq, grant.iterations)
-        publish_job_event(self.redis, self.keys, job_id=grant.job_id, tenant_id=job.tenant_id,
+        publish_job_event(self.redis, self.keys, job_id=grant.job_id, tenant_id=row.tenant_id,
                           status=JobStatus.running, reason=grant.reason)
         return True
 
     def _explain(self, policy: Policy, snapshot: Snapshot, granted: set[int]) -> None:
+        """Publish why jobs wait (and, for new jobs not yet admitted, their turn).
+
+        Runs after dispatch, and at most every ``EXPLAIN_EVERY_SECONDS`` or ten
+        times its own last cost, so a large queue cannot make it the bulk of
+        the scheduler's time.
+        """
         now = time.monotonic()
-        if now - self._explained_at < EXPLAIN_EVERY_SECONDS:
+        if now - self._explained_at < max(EXPLAIN_EVERY_SECONDS, 10 * self._explain_cost):
             return
         self._explained_at = now
+        waiting = explain_waiting(policy, snapshot)
         # dict[Any, Any]: redis-py's stubs want a Mapping over its own key union.
         entries: dict[Any, Any] = {
             str(job_id): json.dumps({"position": why.position, "reason": why.reason,
                                      "predicted_gain": why.predicted_gain})
-            for job_id, why in explain_waiting(policy, snapshot).items() if job_id not in granted
+            for job_id, why in waiting.items() if job_id not in granted
         }
+        ahead = len(entries)
+        running = snapshot.running_by_tenant()
+        for number, job_id in enumerate(self._held_back[:HELD_BACK_EXPLAINED], start=1):
+            row = self.state.rows.get(job_id)
+            quota = snapshot.tenant(row.tenant_id).max_slots if row else 1
+            if quota == 0:
+                reason = ("your team's slot quota is 0: no job of it runs until an admin "
+                          "raises the quota")
+            elif row is not None and running.get(row.tenant_id, 0) >= quota:
+                reason = (f"your team is using all {quota} of its slots (its quota); new "
+                          f"job, {number - 1} new jobs ahead of it")
+            else:
+                reason = (f"new job waiting to start: {number - 1} new jobs ahead of it; new "
+                          f"jobs get their first chunk as slots free up (at most "
+                          f"{WARMUP_SHARE:.0%} of the slots while others wait)")
+            entries[str(job_id)] = json.dumps({"position": ahead + number,
+                                               "predicted_gain": None, "reason": reason})
         try:
             pipe = self.redis.pipeline()
             pipe.delete(self.keys.waiting)
@@ -244,6 +370,7 @@ class Scheduler:
             pipe.execute()
         except redis.RedisError as exc:
             log.warning("could not publish queue explanations: %s", exc)
+        self._explain_cost = time.monotonic() - now
 
     def _publish_fits(self, policy: Policy, snapshot: Snapshot) -> None:
         """Publish the fits made this round, as the chart's prediction.
@@ -272,14 +399,20 @@ class Scheduler:
         ])
 
     def _publish_status(self, policy: str, slots: int, free: int, runnable: int,
-                        grants: list[Grant]) -> None:
+                        grants: list[Grant], granted_ms: float, round_ms: float) -> None:
         status: dict[str, Any] = {
             "at": time.time(), "policy": policy, "slots": slots, "free_slots": free,
             "runnable": runnable, "granted": len(grants), "owner": self.owner,
+            "round_ms": round(round_ms, 2), "granted_ms": round(granted_ms, 2),
         }
         try:
-            self.redis.hset(self.keys.scheduler_status,
-                            mapping={k: json.dumps(v) for k, v in status.items()})
+            pipe = self.redis.pipeline()
+            pipe.hset(self.keys.scheduler_status,
+                      mapping={k: json.dumps(v) for k, v in status.items()})
+            pipe.lpush(self.keys.scheduler_rounds,
+                       json.dumps([round(round_ms, 2), round(granted_ms, 2), len(grants)]))
+            pipe.ltrim(self.keys.scheduler_rounds, 0, ROUNDS_KEPT - 1)
+            pipe.execute()
         except redis.RedisError as exc:
             log.warning("could not publish scheduler status: %s", exc)
 

@@ -20,10 +20,12 @@ MIN_CHUNK_ITERATIONS = 1
 def chunk_iterations(snapshot: Snapshot, job: JobView) -> int:
     """Iterations that fill about ``snapshot.chunk_seconds`` for ``job``.
 
-    A job with no timing yet gets the snapshot's default chunk length, so its
-    first chunk both makes progress and measures its speed.
+    A job with no timing of its own is sized from similar jobs' speed
+    (``estimated_seconds_per_iteration``); only with neither does it get the
+    snapshot's default chunk length, so its first chunk both makes progress and
+    measures its speed.
     """
-    spi = job.seconds_per_iteration
+    spi = job.seconds_per_iteration or job.estimated_seconds_per_iteration
     wanted = (snapshot.default_chunk_iterations if spi is None
               else int(snapshot.chunk_seconds / spi))
     return max(MIN_CHUNK_ITERATIONS, min(wanted, job.remaining_iterations))

@@ -44,6 +44,9 @@ class JobView:
     waiting_since: float = 0.0
     chunks_run: int = 0
     initial_loss: float | None = None
+    # Seconds per iteration of similar jobs (same algorithm and dataset), for
+    # sizing a first chunk by time before the job has measured its own speed.
+    estimated_seconds_per_iteration: float | None = None
 
     @property
     def seconds_per_iteration(self) -> float | None:
