@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -129,7 +130,8 @@ def start_portal(*, data_dir: Path, db_url: str, redis_url: str, workers: int = 
     data_dir.mkdir(parents=True, exist_ok=True)
     migrate(db_url)
     port = free_port()
-    prefix = f"slaqtest{os.getpid()}"
+    # Unique per portal: two portals in one test process must not share keys.
+    prefix = f"slaqtest{os.getpid()}-{uuid.uuid4().hex[:6]}"
     env = dict(os.environ)
     env.update({
         "DATABASE_URL": db_url, "REDIS_URL": redis_url, "REDIS_PREFIX": prefix,
