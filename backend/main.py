@@ -12,10 +12,12 @@ from fastapi.staticfiles import StaticFiles
 
 from backend.api import (
     admin,
+    admin_tokens,
     auth,
     catalog,
     cluster,
     datasets,
+    docs,
     health,
     jobs,
     jobs_bulk,
@@ -36,11 +38,15 @@ def create_app() -> FastAPI:
     app = FastAPI(
         title="SLAQ portal",
         version="1",
+        # Served by backend.api.docs from local files: the defaults load a CDN.
+        docs_url=None,
+        redoc_url=None,
         description="Submit exploratory ML training jobs; a quality-driven scheduler "
         "gives each free worker slot to the job whose next chunk should improve it most.",
     )
     for router in (auth.router, jobs.router, live.router, catalog.router, admin.router,
-                   cluster.router, health.router, pages.router, datasets.router):
+                   cluster.router, health.router, pages.router, datasets.router,
+                   admin_tokens.router, docs.router):
         app.include_router(router)
     app.include_router(jobs_bulk.router)
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Request, status
+import numpy as np
+from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -21,7 +22,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 
 from backend.api.deps import CurrentTenant, DbId, SessionDep
 from backend.core.models import Role, UploadedDataset, as_utc
-from backend.core.upload_format import upload_ref
+from backend.core.upload_format import read_npz, upload_file, upload_ref
 from backend.services import uploads
 from backend.services.uploads import MAX_UPLOAD_BYTES, TASKS, UploadError
 
@@ -178,3 +179,64 @@ def delete_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant) 
         uploads.delete_upload(session, row)
     except UploadError as exc:
         raise HTTPException(exc.status_code, exc.message) from None
+
+
+class PreviewColumn(BaseModel):
+    name: str
+    role: Literal["feature", "label"]
+    type: Literal["integer", "number", "class"] = Field(
+        description="integer or number (every feature); class for a classification label, "
+        "whose cells are the class names")
+
+
+class DatasetPreview(BaseModel):
+    id: int
+    name: str
+    task: str
+    total_rows: int
+    columns: list[PreviewColumn] = Field(description="Features in file order, then the label")
+    rows: list[list[float | int | str]] = Field(description="The first rows, one value per column")
+
+
+def _numeric_type(values: np.ndarray) -> Literal["integer", "number"]:
+    return "integer" if bool(np.all(np.equal(np.mod(values, 1), 0))) else "number"
+
+
+def _cells(values: np.ndarray, kind: str) -> list[float | int | str]:
+    if kind == "integer":
+        return [int(v) for v in values]
+    return [float(v) for v in values]
+
+
+@router.get("/{dataset_id}/preview", response_model=DatasetPreview,
+            responses={404: {"description": "No such dataset in your tenant, or its file is gone"}})
+def preview_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant,
+                    rows: Annotated[int, Query(ge=1, le=100)] = 10) -> DatasetPreview:
+    """The first rows of an uploaded dataset as stored (features, then the label),
+    with each column's name and type. The label column's CSV header is not
+    kept: it is shown as "label" (classification) or "target" (regression)."""
+    row = scope.get_owned(session, UploadedDataset, dataset_id, noun="dataset")
+    try:
+        arrays = read_npz(upload_file(row.path))
+    except FileNotFoundError:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"the file of dataset {dataset_id} "
+                            "is missing; upload it again") from None
+    shown = min(rows, int(arrays.X.shape[0]))
+    columns: list[PreviewColumn] = []
+    values: list[list[float | int | str]] = []
+    for i, name in enumerate(arrays.feature_names.tolist()):
+        kind = _numeric_type(arrays.X[:, i])
+        columns.append(PreviewColumn(name=str(name), role="feature", type=kind))
+        values.append(_cells(arrays.X[:shown, i], kind))
+    if arrays.y is not None:
+        if arrays.classes is not None:
+            names = arrays.classes.tolist()
+            columns.append(PreviewColumn(name="label", role="label", type="class"))
+            values.append([str(names[int(k)]) for k in arrays.y[:shown]])
+        else:
+            kind = _numeric_type(arrays.y)
+            columns.append(PreviewColumn(name="target", role="label", type=kind))
+            values.append(_cells(arrays.y[:shown], kind))
+    table = [list(cells) for cells in zip(*values, strict=True)] if values else []
+    return DatasetPreview(id=row.id or 0, name=row.name, task=row.task,
+                          total_rows=int(arrays.X.shape[0]), columns=columns, rows=table)

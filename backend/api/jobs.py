@@ -6,7 +6,7 @@ import json
 from typing import Annotated, Any, Literal
 
 import redis
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlalchemy import func, select
 from sqlmodel import col
 
@@ -14,6 +14,7 @@ from backend.api.deps import CurrentTenant, DbId, KeysDep, Offset, RedisDep, Ses
 from backend.core.fits import read_fit
 from backend.core.models import Decision, Job, JobStatus
 from backend.core.notify import publish_job_event, wake_scheduler
+from backend.core.settings import get_settings
 from backend.schemas import (
     DecisionPublic,
     JobCreate,
@@ -170,3 +171,31 @@ def cancel_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: 
                keys: KeysDep) -> JobPublic:
     """Cancel: the job stops for good; its loss history is kept."""
     return _control("cancel", job_id, session, scope, client, keys)
+
+
+@router.get("/{job_id}/checkpoint", response_class=Response,
+            responses={200: {"content": {"application/octet-stream": {}},
+                             "description": "The trained model: a numpy .npz archive of the "
+                             "model's arrays and a JSON metadata entry (no pickle)"},
+                       404: {"description": "No such job in your tenant, or no checkpoint yet"}})
+def download_checkpoint(job_id: DbId, session: SessionDep, scope: CurrentTenant) -> Response:
+    """Download the job's latest checkpoint (its model as trained so far; the
+    final model once the job has finished)."""
+    # Imported here: the checkpoint store belongs to the workers' package.
+    from workers.checkpoints import CheckpointStore
+
+    job = scope.get_owned(session, Job, job_id)
+    if job.checkpoint_iteration <= 0:
+        raise HTTPException(status.HTTP_404_NOT_FOUND,
+                            f"job {job_id} has no checkpoint yet: it has not finished a chunk")
+    store = CheckpointStore(get_settings().effective_checkpoint_dir)
+    # Read at once: a running job's next chunk prunes this file once it has a newer one.
+    data = store.load(job.id or 0, job.checkpoint_iteration)
+    if data is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND,
+                            f"the checkpoint file of job {job_id} (iteration "
+                            f"{job.checkpoint_iteration}) is missing from the checkpoint store")
+    filename = f"job-{job_id}-iteration-{job.checkpoint_iteration}.npz"
+    return Response(data, media_type="application/octet-stream",
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"',
+                             "Cache-Control": "no-store"})

@@ -4,7 +4,9 @@ REST API scripts use (same origin, session cookie, CSRF header).
 Pages other than ``/login`` need a session cookie; without one the browser is
 sent to ``/login?next=<page>`` before any HTML loads. Whether the cookie is
 still valid is checked by the page itself (``GET /api/v1/auth/me``; a 401
-also leads to ``/login``), so this router never touches the database.
+also leads to ``/login``), so these pages never touch the database. ``/login``
+does, once: a browser with a live session goes straight on to ``next``, so the
+sign-in page itself never has to ask (and be answered 401).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
-from backend.services.web_sessions import SESSION_COOKIE
+from backend.api.deps import SessionDep
+from backend.services.web_sessions import SESSION_COOKIE, find_session
 
 PAGES_DIR = Path(__file__).resolve().parents[2] / "frontend" / "pages"
 
@@ -46,8 +49,20 @@ def home() -> RedirectResponse:
     return RedirectResponse("/jobs", status_code=303)
 
 
+def _safe_next(target: str | None) -> str:
+    """``next`` if it is a path on this site: not ``//host``, nor ``/\\host`` or
+    a path with control characters, which browsers may read as ``//host``."""
+    if (target and target.startswith("/") and not target.startswith(("//", "/login"))
+            and not any(c == "\\" or ord(c) < 0x20 or ord(c) == 0x7F for c in target)):
+        return target
+    return "/jobs"
+
+
 @router.get("/login")
-def login_page() -> FileResponse:
+def login_page(request: Request, session: SessionDep) -> Response:
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie and find_session(session, cookie) is not None:
+        return RedirectResponse(_safe_next(request.query_params.get("next")), status_code=303)
     return FileResponse(PAGES_DIR / "login.html", media_type="text/html", headers=_HEADERS)
 
 
@@ -74,3 +89,13 @@ def cluster_page(request: Request) -> Response:
 @router.get("/admin")
 def admin_page(request: Request) -> Response:
     return _page(request, "admin")
+
+
+@router.get("/datasets")
+def datasets_page(request: Request) -> Response:
+    return _page(request, "datasets")
+
+
+@router.get("/account")
+def account_page(request: Request) -> Response:
+    return _page(request, "account")

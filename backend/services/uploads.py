@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 import re
 import uuid
@@ -115,9 +116,9 @@ def _number(cell: str) -> float | None:
         return None
 
 
-def _rows(text: IO[str]) -> Generator[list[str], None, None]:
+def _rows(lines: Iterable[str], delimiter: str = ",") -> Generator[list[str], None, None]:
     try:
-        yield from csv.reader(text, strict=True)
+        yield from csv.reader(lines, delimiter=delimiter, strict=True)
     except UnicodeDecodeError:
         raise _invalid("file", "not UTF-8 text; save the CSV as UTF-8") from None
     except csv.Error as exc:
@@ -142,11 +143,52 @@ def _label_index(label: str | None, header: list[str] | None, width: int) -> int
     return index % width
 
 
+DELIMITERS = (",", ";", "\t")
+"""Cell separators an upload may use, in order of preference when the first
+lines fit more than one equally well."""
+_HEAD_LINES = 20
+
+
+def _head(text: IO[str]) -> list[str]:
+    """The first lines of the file, to choose its delimiter from."""
+    head: list[str] = []
+    for _ in range(_HEAD_LINES):
+        line = text.readline()
+        if not line:
+            break
+        head.append(line)
+    return head
+
+
+def _delimiter(head: list[str]) -> str:
+    """The separator that splits every non-blank head line into the same number
+    (more than one) of cells, the widest such split winning; ',' when none does.
+
+    A header line settles most ambiguities ("1,5;2,3" splits both ways, but a
+    header "a;b" only one way)."""
+    best, best_width = ",", 1
+    for candidate in DELIMITERS:
+        try:
+            widths = {len(row) for row in csv.reader(head, delimiter=candidate)
+                      if any(cell.strip() for cell in row)}
+        except csv.Error:
+            continue
+        if len(widths) == 1 and (width := widths.pop()) > best_width:
+            best, best_width = candidate, width
+    return best
+
+
 def parse_csv(stream: IO[bytes], *, task: UploadTask, label: str | None = None) -> ParsedCsv:
     """Read a CSV into validated numeric arrays (see :func:`_parse`); ``stream``
-    is read line by line and left open."""
+    is read line by line and left open. Cells may be separated by commas,
+    semicolons or tabs (see :func:`_delimiter`)."""
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
-    rows = _rows(text)
+    try:
+        head = _head(text)
+    except UnicodeDecodeError:
+        text.detach()
+        raise _invalid("file", "not UTF-8 text; save the CSV as UTF-8") from None
+    rows = _rows(itertools.chain(head, text), _delimiter(head))
     try:
         return _parse(rows, task=task, label=label)
     finally:
@@ -180,7 +222,7 @@ def _parse(rows: Iterator[list[str]], *, task: UploadTask, label: str | None) ->
     n_features = width - (0 if label_at is None else 1)
     if n_features < MIN_FEATURES:
         raise _invalid("file", f"needs at least {MIN_FEATURES} feature column besides the label; "
-                       f"it has {width} column(s)")
+                       f"it has {width} column(s)" + (_format_hint(first[0]) if width == 1 else ""))
     feature_cols = [i for i in range(width) if i != label_at]
     body: Iterable[list[str]] = rows if has_header else _chain(first, rows)
     blocks: list[np.ndarray] = []
@@ -247,10 +289,26 @@ def _cell(raw: str, line: int, column: str) -> float:
     value = _number(text)
     if value is None:
         shown = text if len(text) <= 40 else text[:37] + "..."
-        raise _invalid("file", f"row {line}, column {column!r}: {shown!r} is not a number")
+        raise _invalid("file", f"row {line}, column {column!r}: {shown!r} is not a number"
+                       + _format_hint(text))
     if not math.isfinite(value):
         raise _invalid("file", f"row {line}, column {column!r}: {text!r} is not a finite number")
     return value
+
+
+_DECIMAL_COMMA = re.compile(r"^[+-]?[0-9]+,[0-9]+$")
+
+
+def _format_hint(text: str) -> str:
+    """Why a cell may have failed to read as a number, when it looks like a
+    file written with other separators than the ones detected."""
+    for separator, name in ((";", "';'"), ("\t", "tab")):
+        if separator in text:
+            return (f"; the file looks {name}-separated but its first lines do not split "
+                    "evenly on it: check that every row has the same number of cells")
+    if _DECIMAL_COMMA.match(text):
+        return "; it looks like a decimal comma: write decimals with '.' (e.g. 1.5)"
+    return ""
 
 
 def _encode_labels(labels: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -92,3 +92,77 @@ export function fieldErrors(detail) {
   }
   return out;
 }
+
+function parseBody(text) {
+  if (!text) return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * POST a multipart form with upload progress (fetch reports none):
+ * `onProgress(sentBytes, totalBytes)` while the body goes out, then
+ * `onProgress(total, total, "processing")` while the server reads it.
+ * Resolves to the parsed JSON; rejects with ApiError like `api`.
+ */
+export function upload(path, formData, onProgress = () => {}) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", path);
+    xhr.setRequestHeader("Accept", "application/json");
+    if (csrfToken) xhr.setRequestHeader("X-CSRF-Token", csrfToken);
+    xhr.withCredentials = true;
+    xhr.upload.addEventListener("progress", (event) => {
+      if (event.lengthComputable) onProgress(event.loaded, event.total);
+    });
+    xhr.upload.addEventListener("load", (event) => {
+      onProgress(event.total || 0, event.total || 0, "processing");
+    });
+    xhr.addEventListener("load", () => {
+      if (xhr.status === 401) {
+        window.location.assign(loginUrl());
+        return;
+      }
+      const data = parseBody(xhr.responseText);
+      if (xhr.status >= 200 && xhr.status < 300) {
+        resolve(data);
+        return;
+      }
+      const detail = data && typeof data === "object" && "detail" in data ? data.detail : data;
+      reject(new ApiError(xhr.status, detail));
+    });
+    xhr.addEventListener("error", () =>
+      reject(new ApiError(0, "the upload was interrupted: the portal cannot be reached")),
+    );
+    xhr.addEventListener("abort", () => reject(new ApiError(0, "the upload was cancelled")));
+    xhr.send(formData);
+  });
+}
+
+/**
+ * GET a file. Resolves to {blob, filename} (the name from Content-Disposition,
+ * else `fallbackName`); rejects with ApiError like `api`.
+ */
+export async function fetchFile(path, fallbackName) {
+  let response;
+  try {
+    response = await fetch(path, { credentials: "same-origin" });
+  } catch {
+    throw new ApiError(0, "the portal cannot be reached; check your connection");
+  }
+  if (response.status === 401) {
+    window.location.assign(loginUrl());
+    return new Promise(() => {});
+  }
+  if (!response.ok) {
+    const data = parseBody(await response.text());
+    const detail = data && typeof data === "object" && "detail" in data ? data.detail : data;
+    throw new ApiError(response.status, detail);
+  }
+  const disposition = response.headers.get("Content-Disposition") || "";
+  const match = /filename="([^"]+)"/.exec(disposition);
+  return { blob: await response.blob(), filename: match ? match[1] : fallbackName };
+}

@@ -1,6 +1,9 @@
 // Small DOM and formatting helpers. Text always goes in as text nodes, never
 // as HTML, so job names and server messages cannot inject markup.
 
+import { formatNumber } from "./format.js";
+import { datasetLabel, jobName } from "./uploads.js";
+
 /**
  * h("a", {href: "/x", class: "btn"}, "text", child) -> element.
  * Attributes: `class`, `dataset` (object), `on<Event>` (listener), booleans
@@ -45,51 +48,18 @@ export function notice(kind, ...children) {
   return h("div", { class: `notice notice-${kind}`, role }, ...children);
 }
 
-export function formatLoss(value) {
-  if (value === null || value === undefined || Number.isNaN(value)) return "—";
-  const abs = Math.abs(value);
-  if (abs !== 0 && (abs < 1e-3 || abs >= 1e5)) return value.toExponential(3);
-  return value.toPrecision(4).replace(/\.?0+$/, "") || "0";
-}
-
-export function formatNumber(value) {
-  if (value === null || value === undefined) return "—";
-  return Number(value).toLocaleString("en-US");
-}
-
-export function formatDuration(seconds) {
-  if (seconds === null || seconds === undefined) return "—";
-  const s = Math.round(seconds);
-  if (s < 60) return `${seconds < 10 ? seconds.toFixed(1) : s} s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m} min ${s % 60} s`;
-  return `${Math.floor(m / 60)} h ${m % 60} min`;
-}
-
-/**
- * Parse an API time. Every stored time is UTC, but some endpoints return it
- * without a zone (SQLite hands back naive datetimes): read those as UTC too.
- */
-export function parseTime(iso) {
-  if (!iso) return null;
-  const zoned = /(Z|[+-]\d\d:?\d\d)$/.test(iso) ? iso : `${iso}Z`;
-  return new Date(zoned);
-}
-
-export function formatTime(iso) {
-  if (!iso) return "—";
-  const d = parseTime(iso);
-  return d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
-}
-
-export function relativeTime(iso) {
-  if (!iso) return "—";
-  const seconds = (Date.now() - parseTime(iso).getTime()) / 1000;
-  if (seconds < 45) return "just now";
-  if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
-  if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
-  return `${Math.round(seconds / 86400)} d ago`;
-}
+// Numbers and times are written one way on every page (format.js).
+export {
+  formatBytes,
+  formatClock,
+  formatDuration,
+  formatLoss,
+  formatNumber,
+  formatTime,
+  formatValue,
+  parseTime,
+  relativeTime,
+} from "./format.js";
 
 export const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 
@@ -112,12 +82,13 @@ export function progressBar(job) {
 }
 
 export function jobTitle(job) {
-  return job.name || `${job.algorithm} on ${job.dataset}`;
+  return job.name ? jobName(job.name) : `${job.algorithm} on ${datasetLabel(job.dataset)}`;
 }
 
-/** Save text as a file the user downloads. */
-export function download(filename, text, type) {
-  const url = URL.createObjectURL(new Blob([text], { type }));
+/** Save text (or a Blob) as a file the user downloads. */
+export function download(filename, data, type) {
+  const blob = data instanceof Blob ? data : new Blob([data], { type });
+  const url = URL.createObjectURL(blob);
   const a = h("a", { href: url, download: filename, hidden: true });
   document.body.appendChild(a);
   a.click();

@@ -7,8 +7,10 @@ import { $, clear, h, notice } from "./dom.js";
 const NAV = [
   { key: "jobs", href: "/jobs", label: "Jobs" },
   { key: "submit", href: "/submit", label: "Submit" },
+  { key: "datasets", href: "/datasets", label: "Datasets" },
   { key: "cluster", href: "/cluster", label: "Cluster" },
   { key: "admin", href: "/admin", label: "Admin", roles: ["tenant_admin", "platform_admin"] },
+  { key: "docs", href: "/docs", label: "API docs" },
 ];
 
 export const ROLE_LABELS = {
@@ -35,7 +37,16 @@ function renderHeader(active, me) {
     ? h(
         "div",
         { class: "whoami", "data-testid": "whoami" },
-        h("span", { class: "whoami-email" }, me.email),
+        h(
+          "a",
+          {
+            class: "whoami-email",
+            href: "/account",
+            title: "Your account and API tokens",
+            "aria-current": active === "account" ? "page" : null,
+          },
+          me.email,
+        ),
         h(
           "span",
           { class: "whoami-tenant" },

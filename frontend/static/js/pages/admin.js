@@ -1,7 +1,8 @@
 // Admin page. Platform admins: tenants' quotas beside their usage (editable,
-// validated here and by the server), users, the active policy, the audit
-// log. Tenant admins: the same, read-only, for their own tenant. Members:
-// a clear "not allowed" (the API answers 403 too).
+// validated here and by the server), new tenants, users (add, disable), API
+// tokens (revoke), the active policy, the audit log. Tenant admins: their own
+// tenant's quotas and policy read-only, and its users and tokens. Members: a
+// clear "not allowed" (the API answers 403 too).
 
 import { api, ApiError, fieldErrors } from "../api.js";
 import { $, clear, formatNumber, formatTime, h, notice } from "../dom.js";
@@ -37,7 +38,7 @@ function checkQuota(q, raw) {
 
 function quotaCell(tenant, q) {
   const limit = tenant.quotas[q.name];
-  if (!q.usage) return h("td", { class: "num" }, formatNumber(limit));
+  if (!q.usage) return h("td", { class: "num", "data-label": q.label }, formatNumber(limit));
   const used = tenant.usage[q.usage];
   const pct = limit > 0 ? Math.min(100, (100 * used) / limit) : 100;
   return h(
@@ -178,22 +179,217 @@ function closeEditor() {
   $("#quota-editor").hidden = true;
 }
 
+function tenantName(id) {
+  const found = tenants.find((t) => t.id === id);
+  return found ? found.name : `#${id}`;
+}
+
 async function loadUsers() {
   const box = $("#users");
+  let users;
   try {
-    const users = await api("/api/v1/admin/users");
-    const names = new Map(tenants.map((t) => [t.id, t.name]));
-    clear(box, users.length ? h("div", { class: "table-wrap" }, h("table", { id: "users-table" },
-      h("caption", { class: "visually-hidden" }, "Users"),
-      h("thead", {}, h("tr", {}, ["Email", "Role", "Tenant", "Active"].map((c) => h("th", { scope: "col" }, c)))),
-      h("tbody", {}, users.map((u) => h("tr", {},
-        h("td", {}, u.email),
-        h("td", {}, ROLE_LABELS[u.role] || u.role),
-        h("td", {}, names.get(u.tenant_id) || `#${u.tenant_id}`),
-        h("td", {}, u.is_active ? "yes" : "no")))))) : h("p", { class: "subtle" }, "No users."));
+    users = await api("/api/v1/admin/users");
   } catch (err) {
     clear(box, notice("error", `Could not load users: ${err.message}`));
+    return;
   }
+  const mayManage = (u) => u.id !== me.id && (canEdit || u.role !== "platform_admin");
+  clear(box, users.length ? h("div", { class: "table-wrap" }, h("table", { id: "users-table", class: "cards" },
+    h("caption", { class: "visually-hidden" }, "Users"),
+    h("thead", {}, h("tr", {}, ["Email", "Role", "Tenant", "Active", ""].map((c) =>
+      h("th", { scope: "col" }, c || h("span", { class: "visually-hidden" }, "Actions"))))),
+    h("tbody", {}, users.map((u) => h("tr", { class: u.is_active ? null : "is-muted", dataset: { userId: String(u.id), email: u.email } },
+      h("td", { "data-label": "Email" }, u.email),
+      h("td", { "data-label": "Role" }, ROLE_LABELS[u.role] || u.role),
+      h("td", { "data-label": "Tenant" }, tenantName(u.tenant_id)),
+      h("td", { "data-label": "Active" }, u.is_active ? "yes" : "disabled"),
+      h("td", { class: "actions", "data-label": "" }, mayManage(u)
+        ? h("button", {
+            type: "button",
+            class: `btn btn-quiet${u.is_active ? " btn-danger" : ""}`,
+            "aria-label": `${u.is_active ? "Disable" : "Enable"} ${u.email}`,
+            onClick: () => setActive(u, !u.is_active),
+          }, u.is_active ? "Disable" : "Enable")
+        : null)))))) : h("p", { class: "subtle" }, "No users."));
+}
+
+async function setActive(user, active) {
+  const message = $("#users-message");
+  if (!active && !window.confirm(`Disable ${user.email}? They can no longer sign in, and their API tokens stop working.`)) return;
+  try {
+    await api(`/api/v1/admin/users/${user.id}`, { method: "PATCH", body: { is_active: active } });
+  } catch (err) {
+    clear(message, notice("error", `Could not ${active ? "enable" : "disable"} ${user.email}: ${err.message}`));
+    return;
+  }
+  clear(message, notice("success", active ? `${user.email} can sign in again.` : `${user.email} is disabled: they can no longer sign in or use their tokens.`));
+  loadUsers();
+  loadTokens();
+  loadAudit();
+}
+
+function formField(id, label, input, help) {
+  return h("div", { class: "field" },
+    h("label", { for: id }, label),
+    input,
+    help ? h("span", { class: "help", id: `${id}-help` }, help) : null,
+    h("span", { class: "field-error", id: `${id}-error` }));
+}
+
+function setFormErrors(prefix, keys, errors) {
+  let first = null;
+  for (const key of keys) {
+    const input = $(`#${prefix}-${key}`);
+    const text = errors[key] || "";
+    $(`#${prefix}-${key}-error`).textContent = text;
+    if (text) {
+      input.setAttribute("aria-invalid", "true");
+      first ||= input;
+    } else input.removeAttribute("aria-invalid");
+  }
+  if (first) first.focus();
+  return Object.entries(errors).filter(([k]) => !keys.includes(k)).map(([, m]) => m);
+}
+
+/** A random password that passes the server's strength check (16 characters from 62). */
+function suggestPassword() {
+  const alphabet = "ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+  const bytes = new Uint8Array(16);
+  window.crypto.getRandomValues(bytes);
+  return [...bytes].map((b) => alphabet[b % alphabet.length]).join("");
+}
+
+function userForm() {
+  const keys = ["email", "password", "role", "tenant_id"];
+  const email = h("input", { id: "nu-email", type: "email", autocomplete: "off", spellcheck: "false", "aria-describedby": "nu-email-error" });
+  const password = h("input", { id: "nu-password", type: "text", autocomplete: "new-password", spellcheck: "false", "aria-describedby": "nu-password-help nu-password-error" });
+  const roles = canEdit ? ["member", "tenant_admin", "platform_admin"] : ["member", "tenant_admin"];
+  const role = h("select", { id: "nu-role", "aria-describedby": "nu-role-error" }, roles.map((r) => h("option", { value: r }, ROLE_LABELS[r])));
+  const tenant = h("select", { id: "nu-tenant_id", "aria-describedby": "nu-tenant_id-error", disabled: !canEdit },
+    tenants.map((t) => h("option", { value: String(t.id) }, t.name)));
+  tenant.value = String(me.tenant_id);
+  const message = h("div", { id: "new-user-message", "aria-live": "polite" });
+  const form = h("form", { id: "new-user-form", novalidate: true },
+    h("h3", {}, "Add a user"),
+    message,
+    h("div", { class: "fields" },
+      formField("nu-email", "New user's email", email),
+      formField("nu-password", "Initial password", password, "At least 10 characters and hard to guess; tell it to the user, who signs in with it."),
+      formField("nu-role", "Role", role),
+      formField("nu-tenant_id", "Tenant", tenant)),
+    h("div", { class: "btn-row" },
+      h("button", { type: "submit", class: "btn btn-primary" }, "Add user"),
+      h("button", { type: "button", class: "btn", onClick: () => { password.value = suggestPassword(); password.focus(); } }, "Suggest a password")));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const body = { email: email.value.trim(), password: password.value, role: role.value, tenant_id: Number(tenant.value) };
+    const local = {};
+    if (!/^[^@\s]+@[^@\s]+$/.test(body.email)) local.email = "Enter an email address.";
+    if (body.password.length < 10) local.password = "At least 10 characters.";
+    clear(message);
+    if (Object.keys(local).length) {
+      setFormErrors("nu", keys, local);
+      return;
+    }
+    setFormErrors("nu", keys, {});
+    let created;
+    try {
+      created = await api("/api/v1/admin/users", { method: "POST", body });
+    } catch (err) {
+      const rest = err instanceof ApiError && err.status === 422
+        ? setFormErrors("nu", keys, fieldErrors(err.detail))
+        : [err.message];
+      if (rest.length) clear(message, notice("error", `The user was not added: ${rest.join("; ")}`));
+      return;
+    }
+    form.reset();
+    tenant.value = String(me.tenant_id);
+    clear(message, notice("success", `Added ${created.email} (${ROLE_LABELS[created.role] || created.role}) to ${tenantName(created.tenant_id)}.`));
+    loadUsers();
+    loadAudit();
+  });
+  return form;
+}
+
+function tenantForm() {
+  const name = h("input", { id: "nt-name", type: "text", maxlength: "64", autocomplete: "off", spellcheck: "false", "aria-describedby": "nt-name-help nt-name-error" });
+  const form = h("form", { id: "new-tenant-form", class: "inline-form", novalidate: true },
+    formField("nt-name", "New tenant name", name, "Lower-case letters, digits, '-' or '_'; default quotas, editable after."),
+    h("button", { type: "submit", class: "btn btn-primary" }, "Create tenant"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const message = $("#tenants-message");
+    const value = name.value.trim();
+    if (!/^[a-z0-9][a-z0-9_-]{1,63}$/.test(value)) {
+      setFormErrors("nt", ["name"], { name: "2 to 64 characters: lower-case letters, digits, '-' or '_', starting with a letter or digit." });
+      return;
+    }
+    setFormErrors("nt", ["name"], {});
+    let created;
+    try {
+      created = await api("/api/v1/admin/tenants", { method: "POST", body: { name: value } });
+    } catch (err) {
+      const rest = err instanceof ApiError && err.status === 422
+        ? setFormErrors("nt", ["name"], fieldErrors(err.detail))
+        : [err.message];
+      if (rest.length) clear(message, notice("error", `The tenant was not created: ${rest.join("; ")}`));
+      return;
+    }
+    form.reset();
+    tenants = [...tenants, created];
+    renderTenants();
+    // The add-user form offers the new tenant too.
+    $("#new-user-form").replaceWith(userForm());
+    clear(message, notice("success", `Created the tenant ${created.name}. Add its first user below.`));
+    loadAudit();
+  });
+  return form;
+}
+
+async function loadTokens() {
+  const box = $("#admin-tokens");
+  let tokens;
+  try {
+    tokens = await api("/api/v1/admin/tokens");
+  } catch (err) {
+    clear(box, notice("error", `Could not load API tokens: ${err.message}`));
+    return;
+  }
+  if (!tokens.length) {
+    clear(box, h("p", { class: "subtle" }, "No active API tokens."));
+    return;
+  }
+  clear(box, h("div", { class: "table-wrap" }, h("table", { id: "tokens-table", class: "cards" },
+    h("caption", { class: "visually-hidden" }, "Active API tokens, newest first"),
+    h("thead", {}, h("tr", {}, ["User", "Token", "Starts with", "Created", "Last used", "Expires", ""].map((c) =>
+      h("th", { scope: "col" }, c || h("span", { class: "visually-hidden" }, "Actions"))))),
+    h("tbody", {}, tokens.map((t) => h("tr", { class: t.state === "active" ? null : "is-muted", dataset: { tokenId: String(t.id), user: t.user_email } },
+      h("td", { "data-label": "User" }, t.user_email, canEdit ? h("div", { class: "small subtle" }, tenantName(t.tenant_id)) : null),
+      h("td", { "data-label": "Token" }, t.name),
+      h("td", { class: "mono", "data-label": "Starts with" }, `${t.prefix}…`),
+      h("td", { class: "nowrap", "data-label": "Created" }, formatTime(t.created_at)),
+      h("td", { class: "nowrap", "data-label": "Last used" }, t.last_used_at ? formatTime(t.last_used_at) : "never"),
+      h("td", { class: "nowrap", "data-label": "Expires" }, t.state === "expired" ? "expired" : t.expires_at ? formatTime(t.expires_at) : "never"),
+      h("td", { class: "actions", "data-label": "" }, h("button", {
+        type: "button",
+        class: "btn btn-quiet btn-danger",
+        "aria-label": `Revoke ${t.name} of ${t.user_email}`,
+        onClick: () => revokeToken(t),
+      }, "Revoke"))))))));
+}
+
+async function revokeToken(t) {
+  if (!window.confirm(`Revoke ${t.user_email}'s token ${t.name}? Scripts using it stop working at once.`)) return;
+  const message = $("#tokens-message");
+  try {
+    await api(`/api/v1/admin/tokens/${t.id}`, { method: "DELETE" });
+  } catch (err) {
+    clear(message, notice("error", `Could not revoke the token: ${err.message}`));
+    return;
+  }
+  clear(message, notice("success", `Revoked ${t.user_email}'s token ${t.name}.`));
+  loadTokens();
+  loadAudit();
 }
 
 async function loadPolicy() {
@@ -239,7 +435,7 @@ async function loadAudit() {
       h("caption", { class: "visually-hidden" }, "Recent admin actions, newest first"),
       h("thead", {}, h("tr", {}, ["When", "Who", "Action", "Target", "Details"].map((c) => h("th", { scope: "col" }, c)))),
       h("tbody", {}, entries.map((e) => h("tr", {},
-        h("td", {}, formatTime(e.created_at)),
+        h("td", { class: "nowrap" }, formatTime(e.created_at)),
         h("td", {}, e.actor_email),
         h("td", {}, h("code", {}, e.action)),
         h("td", {}, e.target),
@@ -264,17 +460,25 @@ function notAllowed(message) {
 function skeleton() {
   clear(
     $("#admin-root"),
-    canEdit ? null : notice("info", `You are a ${ROLE_LABELS[me.role]}: you see ${me.tenant_name}'s usage and settings, read-only.`),
+    canEdit ? null : notice("info", `You are a ${ROLE_LABELS[me.role]}: you see ${me.tenant_name}'s usage and settings read-only, and manage its users and their API tokens.`),
     h("section", { class: "panel", "aria-labelledby": "tenants-title" },
       h("h2", { id: "tenants-title" }, canEdit ? "Tenants and quotas" : "Your tenant's quotas"),
       h("div", { id: "tenants-message", "aria-live": "polite" }),
       h("div", { id: "tenants" }, notice("loading", "Loading tenants…")),
-      h("div", { id: "quota-editor", class: "panel", hidden: true })),
-    h("div", { class: "grid-2" },
-      h("section", { class: "panel", "aria-labelledby": "policy-title" },
-        h("h2", { id: "policy-title" }, "Scheduling policy"), h("div", { id: "policy" })),
-      h("section", { class: "panel", "aria-labelledby": "users-title" },
-        h("h2", { id: "users-title" }, "Users"), h("div", { id: "users" }))),
+      h("div", { id: "quota-editor", class: "panel", hidden: true }),
+      canEdit ? tenantForm() : null),
+    h("section", { class: "panel", "aria-labelledby": "users-title" },
+      h("h2", { id: "users-title" }, "Users"),
+      h("div", { id: "users-message", "aria-live": "polite" }),
+      h("div", { id: "users" }, notice("loading", "Loading users…")),
+      userForm()),
+    h("section", { class: "panel", "aria-labelledby": "tokens-title" },
+      h("h2", { id: "tokens-title" }, "API tokens"),
+      h("p", { class: "small subtle" }, canEdit ? "Every tenant's active tokens." : `Active tokens of ${me.tenant_name}'s users.`),
+      h("div", { id: "tokens-message", "aria-live": "polite" }),
+      h("div", { id: "admin-tokens" }, notice("loading", "Loading tokens…"))),
+    h("section", { class: "panel", "aria-labelledby": "policy-title" },
+      h("h2", { id: "policy-title" }, "Scheduling policy"), h("div", { id: "policy" })),
     h("section", { class: "panel", "aria-labelledby": "audit-title" },
       h("h2", { id: "audit-title" }, "Audit log"), h("div", { id: "audit" })),
   );
@@ -295,10 +499,10 @@ async function start() {
     clear($("#admin-root"), notice("error", `Could not load the admin page: ${err.message}`));
     return;
   }
+  tenants = first; // before the skeleton: the add-user form lists them
   skeleton();
-  tenants = first;
   renderTenants();
-  await Promise.all([loadPolicy(), loadUsers(), loadAudit()]);
+  await Promise.all([loadPolicy(), loadUsers(), loadTokens(), loadAudit()]);
 }
 
 start();

@@ -4,8 +4,10 @@
 // in sessionStorage so leaving the page and coming back keeps the history.
 
 import { api } from "../api.js";
-import { $, clear, formatLoss, h, notice, statusBadge } from "../dom.js";
+import { baseLayout, chartColors, onThemeChange, PLOT_CONFIG, timeAxis, valueAxis } from "../charts.js";
+import { $, clear, formatClock, formatLoss, h, notice, statusBadge } from "../dom.js";
 import { startPage } from "../layout.js";
+import { jobName, loadUploads } from "../uploads.js";
 
 const SAMPLE_MS = 2000;
 const KEEP = 900; // 30 minutes at one sample per 2 s
@@ -53,10 +55,21 @@ function compact(c) {
   };
 }
 
+// Until a minute of samples exists, show a minute: a few seconds stretched
+// over the whole width read as a frozen chart.
+const MIN_WINDOW_MS = 60000;
+
+function timeRange() {
+  if (!samples.length) return {};
+  const first = samples[0].t;
+  const last = samples[samples.length - 1].t;
+  return last - first < MIN_WINDOW_MS ? { range: [new Date(first), new Date(first + MIN_WINDOW_MS)] } : { autorange: true };
+}
+
 function keyOf(r) {
   if (groupBy === "tenant") return r.job === null ? OTHER : r.tenant;
   if (r.job === null) return OTHER;
-  return `${r.tenant} / #${r.job} ${r.name || ""}`.trim();
+  return `${r.tenant} / #${r.job} ${jobName(r.name)}`.trim();
 }
 
 function drawOccupancy() {
@@ -88,51 +101,47 @@ function drawOccupancy() {
     name: "Live slots",
     type: "scatter",
     mode: "lines",
-    line: { color: "#1b1f24", dash: "dot", width: 1.5, shape: "hv" },
+    line: { color: chartColors().ink, dash: "dot", width: 1.5, shape: "hv" },
   });
-  Plotly.react("occupancy-chart", traces, {
+  Plotly.react("occupancy-chart", traces, baseLayout({
     uirevision: `occupancy-${groupBy}`,
     margin: { l: 48, r: 16, t: 32, b: 40 },
-    xaxis: { type: "date", automargin: true, nticks: window.innerWidth < 600 ? 4 : 10 },
-    yaxis: { title: { text: "Slots" }, rangemode: "tozero", dtick: 1, tickformat: "d", automargin: true },
+    xaxis: timeAxis({ automargin: true, nticks: window.innerWidth < 600 ? 4 : 10, ...timeRange() }),
+    yaxis: valueAxis({ title: { text: "Slots" }, rangemode: "tozero", dtick: 1, tickformat: "d", automargin: true }),
     legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
     showlegend: true,
     hovermode: "x unified",
-    paper_bgcolor: "#fff",
-    plot_bgcolor: "#fff",
-    font: { family: "system-ui, sans-serif", size: 12 },
-  }, { responsive: true, displaylogo: false });
+  }), PLOT_CONFIG);
 }
 
 function drawLoss() {
   Plotly.react("loss-chart", [{
     x: samples.map((s) => new Date(s.t)),
     y: samples.map((s) => s.loss),
+    customdata: samples.map((s) => formatLoss(s.loss)),
+    hovertemplate: "%{customdata}",
     type: "scatter",
     mode: "lines",
     name: "Mean normalised loss",
-    line: { color: "#0b5cad", width: 2 },
+    line: { color: chartColors().line, width: 2 },
     connectgaps: false,
-  }], {
+  }], baseLayout({
     uirevision: "loss",
     margin: { l: 48, r: 16, t: 8, b: 40 },
-    xaxis: { type: "date", automargin: true, nticks: window.innerWidth < 600 ? 4 : 10 },
-    yaxis: {
+    xaxis: timeAxis({ automargin: true, nticks: window.innerWidth < 600 ? 4 : 10, ...timeRange() }),
+    yaxis: valueAxis({
       title: { text: "Loss / first loss" },
       automargin: true,
       // With no samples Plotly autoranges to 0-4; the ratio mostly lives in 0-1.
       ...(samples.some((s) => s.loss !== null) ? { rangemode: "tozero" } : { range: [0, 1] }),
-    },
+    }),
     hovermode: "x unified",
-    paper_bgcolor: "#fff",
-    plot_bgcolor: "#fff",
-    font: { family: "system-ui, sans-serif", size: 12 },
-  }, { responsive: true, displaylogo: false });
+  }), PLOT_CONFIG);
 }
 
 function jobLink(entry) {
   if (entry.job_id === null) return h("span", { class: "subtle" }, "another tenant's job");
-  return h("a", { href: `/jobs/${entry.job_id}` }, entry.name || `Job #${entry.job_id}`);
+  return h("a", { href: `/jobs/${entry.job_id}` }, entry.name ? jobName(entry.name) : `Job #${entry.job_id}`);
 }
 
 function table(caption, headers, rows, empty) {
@@ -198,7 +207,7 @@ function renderNow(c) {
   );
   const sched = c.scheduler || {};
   $("#scheduler-note").textContent = sched.at
-    ? `Last scheduling round ${Math.max(0, Math.round(Date.now() / 1000 - sched.at))} s ago: ${sched.runnable ?? "?"} runnable, ${sched.granted ?? "?"} granted, ${sched.free_slots ?? "?"} free slot(s).`
+    ? `Last scheduling round at ${formatClock(new Date(sched.at * 1000))} (${Math.max(0, Math.round(Date.now() / 1000 - sched.at))} s ago): ${sched.runnable ?? "?"} runnable, ${sched.granted ?? "?"} granted, ${sched.free_slots ?? "?"} free slot(s).`
     : "The scheduler has not reported a round yet.";
 }
 
@@ -276,12 +285,17 @@ function skeleton() {
 
 async function main() {
   me = await startPage("cluster");
+  await loadUploads();
   if (typeof Plotly === "undefined") {
     clear($("#cluster-root"), notice("error", "The chart library did not load."));
     return;
   }
   samples = loadStored();
   skeleton();
+  onThemeChange(() => {
+    drawOccupancy();
+    drawLoss();
+  });
   sample();
 }
 

@@ -1,13 +1,24 @@
 // Job page: a live loss chart (history, then SSE points appended with
-// Plotly.extendTraces; the user's zoom survives thanks to uirevision), the
-// predicted curve with its band, a running-vs-waiting timeline, the
-// scheduler's reason, controls, downloads and the job's error.
+// Plotly.extendTraces; the user's zoom survives thanks to uirevision; a log
+// axis once the losses span orders of magnitude), the predicted curve with
+// its band, a running-vs-waiting timeline, the scheduler's reason, controls,
+// downloads (loss history, the trained model) and the job's error.
 
-import { api, ApiError } from "../api.js";
+import { api, ApiError, fetchFile } from "../api.js";
+import {
+  baseLayout,
+  chartColors,
+  onThemeChange,
+  PLOT_CONFIG,
+  themedAxis,
+  timeAxis,
+  valueAxis,
+} from "../charts.js";
 import {
   $,
   clear,
   download,
+  formatClock,
   formatDuration,
   formatLoss,
   formatNumber,
@@ -23,6 +34,7 @@ import {
 } from "../dom.js";
 import { startPage } from "../layout.js";
 import { showState, subscribe } from "../live.js";
+import { datasetLabel, loadUploads, uploadId } from "../uploads.js";
 
 const JOB_ID = Number(window.location.pathname.split("/").filter(Boolean)[1]);
 const HISTORY_POINTS = 2000;
@@ -43,6 +55,10 @@ const state = {
   events: null,
   chartReady: false,
   logScale: false,
+  scaleChosen: false, // the user ticked or unticked "Log scale": no more automatic switching
+  lossMin: Infinity,
+  lossMax: -Infinity,
+  allPositive: true,
   showPrediction: true,
   decisions: [],
 };
@@ -55,9 +71,8 @@ function skeleton(root) {
   const logToggle = h("input", { type: "checkbox", id: "log-scale" });
   const predToggle = h("input", { type: "checkbox", id: "show-prediction", checked: true });
   logToggle.addEventListener("change", () => {
-    state.logScale = logToggle.checked;
-    const scale = lossScale();
-    Plotly.relayout("loss-chart", { "yaxis.type": scale.type, "yaxis.dtick": scale.dtick, "yaxis.tickformat": scale.tickformat });
+    state.scaleChosen = true;
+    applyScale(logToggle.checked);
   });
   predToggle.addEventListener("change", () => {
     state.showPrediction = predToggle.checked;
@@ -80,6 +95,7 @@ function skeleton(root) {
         h("button", { type: "button", class: "btn", id: "btn-resume", onClick: () => control("resume") }, "Resume"),
         h("button", { type: "button", class: "btn btn-danger", id: "btn-cancel", onClick: () => control("cancel") }, "Cancel"),
         h("a", { class: "btn", href: `/submit?clone=${JOB_ID}`, id: "btn-clone" }, "Clone"),
+        h("button", { type: "button", class: "btn", id: "btn-model", onClick: downloadModel }, "Download model"),
       ),
     ),
     h("div", { id: "control-message", "aria-live": "polite" }),
@@ -139,6 +155,13 @@ function renderJob() {
   $("#btn-pause").disabled = !["queued", "running"].includes(job.status);
   $("#btn-resume").disabled = job.status !== "paused";
   $("#btn-cancel").disabled = TERMINAL.has(job.status);
+  const model = $("#btn-model");
+  model.disabled = job.iterations_done === 0;
+  model.title = job.iterations_done === 0
+    ? "No model yet: the job has not run"
+    : TERMINAL.has(job.status)
+      ? "The trained model's checkpoint (.npz)"
+      : "The model as trained so far (.npz)";
 
   const outcome = $("#job-outcome");
   if (job.status === "failed") {
@@ -193,7 +216,9 @@ function renderJob() {
   const add = (k, v) => kv.push(h("dt", {}, k), h("dd", {}, v));
   add("Job", `#${job.id}`);
   add("Algorithm", job.algorithm);
-  add("Dataset", job.dataset);
+  add("Dataset", uploadId(job.dataset) === null
+    ? job.dataset
+    : [h("a", { href: "/datasets" }, datasetLabel(job.dataset)), " ", h("span", { class: "subtle mono small" }, `(${job.dataset})`)]);
   add("Parameters", paramText(job.params));
   if (Object.keys(job.dataset_params || {}).length) add("Dataset parameters", paramText(job.dataset_params));
   add("Seed", String(job.seed));
@@ -202,8 +227,8 @@ function renderJob() {
     "Stopping",
     [
       `at most ${formatNumber(s.max_iterations)} iterations`,
-      s.target_loss !== null ? `loss ≤ ${s.target_loss}` : null,
-      s.tolerance !== null ? `relative change < ${s.tolerance} over ${s.window} iterations` : "no convergence test",
+      s.target_loss !== null ? `loss ≤ ${formatLoss(s.target_loss)}` : null,
+      s.tolerance !== null ? `relative change < ${formatLoss(s.tolerance)} over ${formatNumber(s.window)} iterations` : "no convergence test",
     ].filter(Boolean).join("; "),
   );
   add("Submitted", formatTime(job.created_at));
@@ -221,7 +246,9 @@ function paramText(params) {
 // ---- the loss chart ----
 
 // Shown in place of empty axes until the first loss point arrives.
-const EMPTY_NOTE = [{ text: "No loss points yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { size: 14, color: "#56606b" } }];
+function emptyNote() {
+  return [{ text: "No loss points yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { size: 14, color: chartColors().muted } }];
+}
 
 // Plotly's default log ticks label the in-between digits bare ("2", "5"), which
 // reads as 2 and 5 beside 0.1; label 1-2-5 steps in full instead.
@@ -231,46 +258,92 @@ function lossScale() {
     : { type: "linear", dtick: null, tickformat: "" };
 }
 
+const LOG_RATIO = 50; // max/min beyond which a log axis reads better
+const LOG_MIN_POINTS = 5;
+
+function trackRange(ys) {
+  for (const y of ys) {
+    if (!Number.isFinite(y)) continue;
+    if (y <= 0) state.allPositive = false;
+    if (y < state.lossMin) state.lossMin = y;
+    if (y > state.lossMax) state.lossMax = y;
+  }
+}
+
+/** Log when every loss is positive and they span more than LOG_RATIO. */
+function wantsLog() {
+  return state.allPositive && state.xs.length >= LOG_MIN_POINTS && state.lossMin > 0
+    && state.lossMax / state.lossMin > LOG_RATIO;
+}
+
+function applyScale(log) {
+  state.logScale = log;
+  $("#log-scale").checked = log;
+  if (!state.chartReady) return;
+  const scale = lossScale();
+  // Only the y axis changes; the x range the user zoomed to stays (uirevision).
+  Plotly.relayout("loss-chart", { "yaxis.type": scale.type, "yaxis.dtick": scale.dtick, "yaxis.tickformat": scale.tickformat, "yaxis.autorange": true });
+}
+
+/** Re-evaluated as points arrive, until the user picks a scale themselves. */
+function autoScale() {
+  if (state.scaleChosen) return;
+  const log = wantsLog();
+  if (log !== state.logScale) applyScale(log);
+}
+
 function chartLayout() {
   const empty = state.xs.length === 0;
-  return {
-    annotations: empty ? EMPTY_NOTE : [],
+  return baseLayout({
+    annotations: empty ? emptyNote() : [],
     uirevision: `job-${JOB_ID}`,
     margin: { l: 56, r: 16, t: 32, b: 44 },
-    xaxis: { title: { text: "Iteration" }, rangemode: "tozero", zeroline: false, automargin: true, visible: !empty },
-    yaxis: { title: { text: "Loss" }, ...lossScale(), zeroline: false, automargin: true, visible: !empty },
+    xaxis: themedAxis({ title: { text: "Iteration" }, rangemode: "tozero", zeroline: false, automargin: true, visible: !empty, hoverformat: ",d" }),
+    yaxis: valueAxis({ title: { text: "Loss" }, ...lossScale(), zeroline: false, automargin: true, visible: !empty }),
     legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
     hovermode: "x unified",
     showlegend: true,
-    paper_bgcolor: "#fff",
-    plot_bgcolor: "#fff",
-    font: { family: "system-ui, sans-serif", size: 12 },
-  };
+  });
+}
+
+// Hover labels carry the page's own number format (format.js), not d3's.
+const HOVER = "%{customdata}";
+
+function lossTraces() {
+  const c = chartColors();
+  const visible = state.showPrediction;
+  return [
+    { x: state.xs.slice(), y: state.ys.slice(), customdata: state.ys.map(formatLoss), hovertemplate: HOVER, type: "scatter", mode: "lines", name: "Loss", line: { color: c.line, width: 2 } },
+    { x: [], y: [], type: "scatter", mode: "lines", line: { width: 0 }, hoverinfo: "skip", showlegend: false, visible, name: "low" },
+    { x: [], y: [], type: "scatter", mode: "lines", line: { width: 0 }, fill: "tonexty", fillcolor: c.band, hoverinfo: "skip", name: "Prediction band", visible },
+    { x: [], y: [], customdata: [], hovertemplate: HOVER, type: "scatter", mode: "lines", name: "Predicted", line: { color: c.predicted, dash: "dash", width: 2 }, visible },
+  ];
 }
 
 function drawChart() {
-  // Losses that fall by orders of magnitude read better on a log axis.
-  const positive = state.ys.filter((y) => y > 0);
-  if (positive.length > 10 && positive.length === state.ys.length
-      && Math.max(...positive) / Math.min(...positive) > 30) {
-    state.logScale = true;
-    $("#log-scale").checked = true;
-  }
-  const visible = state.showPrediction;
-  const traces = [
-    { x: state.xs.slice(), y: state.ys.slice(), type: "scatter", mode: "lines", name: "Loss", line: { color: "#0b5cad", width: 2 } },
-    { x: [], y: [], type: "scatter", mode: "lines", line: { width: 0 }, hoverinfo: "skip", showlegend: false, visible, name: "low" },
-    { x: [], y: [], type: "scatter", mode: "lines", line: { width: 0 }, fill: "tonexty", fillcolor: "rgba(214,126,0,0.18)", hoverinfo: "skip", name: "Prediction band", visible },
-    { x: [], y: [], type: "scatter", mode: "lines", name: "Predicted", line: { color: "#b35f00", dash: "dash", width: 2 }, visible },
-  ];
-  Plotly.newPlot("loss-chart", traces, chartLayout(), { responsive: true, displaylogo: false });
+  trackRange(state.ys);
+  state.logScale = wantsLog();
+  $("#log-scale").checked = state.logScale;
+  Plotly.newPlot("loss-chart", lossTraces(), chartLayout(), PLOT_CONFIG);
   state.chartReady = true;
+}
+
+// Light or dark: the colours live in the layout and traces, so redraw them
+// (the user's zoom survives: same uirevision).
+function rethemeCharts() {
+  if (!state.chartReady) return;
+  Plotly.react("loss-chart", lossTraces(), chartLayout(), PLOT_CONFIG);
+  loadPrediction();
+  drawTimeline();
 }
 
 function chartNote() {
   const n = state.xs.length;
+  const auto = state.logScale && !state.scaleChosen
+    ? ` Log scale, as the losses span ${formatNumber(Math.round(state.lossMax / state.lossMin))}× from largest to smallest.`
+    : "";
   const note = n
-    ? `${formatNumber(n)} points shown, up to iteration ${formatNumber(state.lastIteration)}.`
+    ? `${formatNumber(n)} points shown, up to iteration ${formatNumber(state.lastIteration)}.${auto}`
     : TERMINAL.has(state.job.status)
       ? "This job recorded no loss points."
       : "No loss points yet: the chart fills in as soon as the job runs.";
@@ -291,12 +364,14 @@ function appendPoints(points) {
   state.xs.push(...xs);
   state.ys.push(...ys);
   state.lastIteration = xs[xs.length - 1];
+  trackRange(ys);
   if (state.xs.length > MAX_CHART_POINTS) {
     decimate();
-    Plotly.restyle("loss-chart", { x: [state.xs.slice()], y: [state.ys.slice()] }, [TRACE.loss]);
+    Plotly.restyle("loss-chart", { x: [state.xs.slice()], y: [state.ys.slice()], customdata: [state.ys.map(formatLoss)] }, [TRACE.loss]);
   } else {
-    Plotly.extendTraces("loss-chart", { x: [xs], y: [ys] }, [TRACE.loss]);
+    Plotly.extendTraces("loss-chart", { x: [xs], y: [ys], customdata: [ys.map(formatLoss)] }, [TRACE.loss]);
   }
+  autoScale();
   chartNote();
   liveStats(fresh[fresh.length - 1]);
   refreshPrediction();
@@ -361,9 +436,10 @@ async function loadPrediction() {
     note.textContent = `Predicted loss at iteration ${formatNumber(last.iteration)}: ${formatLoss(last.loss)} (band ${formatLoss(last.low)} – ${formatLoss(last.high)}).`;
   }
   const xs = pts.map((p) => p.iteration);
+  const customdata = pts.map((p) => `${formatLoss(p.loss)} (band ${formatLoss(p.low)} – ${formatLoss(p.high)})`);
   Plotly.restyle(
     "loss-chart",
-    { x: [xs, xs, xs], y: [pts.map((p) => p.low), pts.map((p) => p.high), pts.map((p) => p.loss)] },
+    { x: [xs, xs, xs], y: [pts.map((p) => p.low), pts.map((p) => p.high), pts.map((p) => p.loss)], customdata: [[], [], customdata] },
     [TRACE.low, TRACE.high, TRACE.predicted],
   );
 }
@@ -434,7 +510,7 @@ function renderDecisions() {
             h(
               "tr",
               {},
-              h("td", { class: "nowrap", "data-label": "When" }, parseTime(d.created_at).toLocaleTimeString()),
+              h("td", { class: "nowrap", "data-label": "When" }, formatClock(d.created_at)),
               h("td", { class: "num", "data-label": "Chunk" }, String(d.chunk_seq)),
               h("td", { class: "num", "data-label": "Iterations" }, formatNumber(d.iterations)),
               h("td", { class: "reason", "data-label": "Reason", title: `policy ${d.policy}` }, d.reason),
@@ -462,8 +538,9 @@ function drawTimeline() {
   const grants = state.decisions
     .map((d) => ({ at: parseTime(d.created_at).getTime(), d }))
     .sort((a, b) => a.at - b.at);
+  const c = chartColors();
   const shapes = [
-    { type: "rect", xref: "x", yref: "paper", x0: new Date(start), x1: new Date(end), y0: 0, y1: 1, fillcolor: "rgba(210,153,34,0.28)", line: { width: 0 }, layer: "below" },
+    { type: "rect", xref: "x", yref: "paper", x0: new Date(start), x1: new Date(end), y0: 0, y1: 1, fillcolor: c.waiting, line: { width: 0 }, layer: "below" },
   ];
   let ran = 0;
   grants.forEach((g, i) => {
@@ -471,35 +548,32 @@ function drawTimeline() {
     const stop = Math.min(g.at + Math.max(g.d.iterations * perIteration * 1000, 150), next, end);
     if (stop <= g.at) return;
     ran += stop - g.at;
-    shapes.push({ type: "rect", xref: "x", yref: "paper", x0: new Date(g.at), x1: new Date(stop), y0: 0, y1: 1, fillcolor: "rgba(46,164,79,0.85)", line: { width: 0 } });
+    shapes.push({ type: "rect", xref: "x", yref: "paper", x0: new Date(g.at), x1: new Date(stop), y0: 0, y1: 1, fillcolor: c.running, line: { width: 0 } });
   });
   const traces = [
-    { x: [null], y: [null], type: "scatter", mode: "markers", marker: { color: "rgba(46,164,79,0.85)", symbol: "square", size: 12 }, name: "Running" },
-    { x: [null], y: [null], type: "scatter", mode: "markers", marker: { color: "rgba(210,153,34,0.5)", symbol: "square", size: 12 }, name: "Waiting or paused" },
+    { x: [null], y: [null], type: "scatter", mode: "markers", marker: { color: c.running, symbol: "square", size: 12 }, name: "Running" },
+    { x: [null], y: [null], type: "scatter", mode: "markers", marker: { color: c.waiting, symbol: "square", size: 12, line: { color: c.muted, width: 1 } }, name: "Waiting or paused" },
     {
       x: grants.map((g) => new Date(g.at)),
       y: grants.map(() => 0.5),
       type: "scatter",
       mode: "markers",
-      marker: { color: "#1b1f24", size: 5, symbol: "line-ns-open" },
+      marker: { color: c.ink, size: 5, symbol: "line-ns-open" },
       name: "Grant",
-      text: grants.map((g) => `chunk ${g.d.chunk_seq}: ${g.d.iterations} iterations — ${g.d.reason}`),
-      hoverinfo: "text+x",
+      text: grants.map((g) => `${formatClock(new Date(g.at))} chunk ${g.d.chunk_seq}: ${formatNumber(g.d.iterations)} iterations — ${g.d.reason}`),
+      hoverinfo: "text",
       showlegend: false,
     },
   ];
-  const layout = {
+  const layout = baseLayout({
     uirevision: `timeline-${JOB_ID}`,
     margin: { l: 16, r: 16, t: 28, b: 32 },
-    xaxis: { type: "date", range: [new Date(start), new Date(end)], automargin: true, nticks: window.innerWidth < 600 ? 3 : 8, tickangle: 0 },
+    xaxis: timeAxis({ range: [new Date(start), new Date(end)], automargin: true, nticks: window.innerWidth < 600 ? 3 : 8, tickangle: 0 }),
     yaxis: { visible: false, range: [0, 1], fixedrange: true },
     shapes,
     legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
-    paper_bgcolor: "#fff",
-    plot_bgcolor: "#fff",
-    font: { family: "system-ui, sans-serif", size: 12 },
-  };
-  Plotly.react("timeline-chart", traces, layout, { responsive: true, displaylogo: false });
+  });
+  Plotly.react("timeline-chart", traces, layout, PLOT_CONFIG);
   const total = Math.max(end - start, 1);
   $("#timeline-note").textContent = grants.length
     ? `Approximate: ran about ${Math.round((100 * ran) / total)}% of the ${formatDuration(total / 1000)} since submission, over ${grants.length} grant${grants.length === 1 ? "" : "s"}${state.decisions.length >= 500 ? " (latest 500 shown)" : ""}.`
@@ -598,6 +672,21 @@ async function downloadHistory(kind) {
   }
 }
 
+async function downloadModel() {
+  const message = $("#control-message");
+  const button = $("#btn-model");
+  button.disabled = true;
+  try {
+    const { blob, filename } = await fetchFile(`/api/v1/jobs/${JOB_ID}/checkpoint`, `job-${JOB_ID}-model.npz`);
+    download(filename, blob);
+    clear(message, notice("success", `Downloaded ${filename}: the model's arrays as a numpy .npz archive (np.load reads it; no pickle).`));
+  } catch (err) {
+    clear(message, notice("error", `Could not download the model: ${err.message}`));
+  } finally {
+    button.disabled = state.job.iterations_done === 0;
+  }
+}
+
 async function main() {
   await startPage("jobs");
   const root = $("#job-root");
@@ -607,7 +696,7 @@ async function main() {
   }
   try {
     state.job = await api(`/api/v1/jobs/${JOB_ID}`);
-    await loadHistory();
+    await Promise.all([loadHistory(), uploadId(state.job.dataset) === null ? null : loadUploads()]);
   } catch (err) {
     const text = err instanceof ApiError && err.status === 404
       ? `Job ${JOB_ID} does not exist, or belongs to another tenant.`
@@ -622,6 +711,7 @@ async function main() {
     return;
   }
   drawChart();
+  onThemeChange(rethemeCharts);
   chartNote();
   loadPrediction();
   loadDecisions();

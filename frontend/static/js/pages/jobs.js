@@ -18,6 +18,7 @@ import {
 import { startPage } from "../layout.js";
 import { showState, subscribe } from "../live.js";
 import { sparkline } from "../sparkline.js";
+import { datasetLabel, isUnknownUpload, loadUploads } from "../uploads.js";
 
 const STATUSES = ["queued", "running", "paused", "completed", "failed", "cancelled"];
 const PAGE_SIZES = [10, 20, 50, 100];
@@ -91,7 +92,7 @@ function rowFor(job, queue = {}) {
         h(
           "div",
           { class: "small subtle" },
-          `#${job.id} · ${job.algorithm} on ${job.dataset} · ${relativeTime(job.created_at)}`,
+          `#${job.id} · ${job.algorithm} on ${datasetLabel(job.dataset)} · ${relativeTime(job.created_at)}`,
         ),
       ),
     ),
@@ -268,7 +269,9 @@ async function load({ quiet = false } = {}) {
     return;
   }
   state.total = page.total;
-  await Promise.all(page.items.map((job) => loadSpark(job)));
+  // A job on an upload this page has not seen yet (new since it loaded): learn its name.
+  const names = page.items.some((job) => isUnknownUpload(job.dataset)) ? loadUploads({ refresh: true }) : null;
+  await Promise.all([names, ...page.items.map((job) => loadSpark(job))]);
   if (state.loading !== token) return;
   const focused = document.activeElement && document.activeElement.id;
   state.rows.clear();
@@ -377,6 +380,7 @@ function setLive(value) {
 
 async function main() {
   await startPage("jobs");
+  await loadUploads();
   readUrl();
   clear($("#jobs-root"), renderToolbar(), h("div", { id: "jobs-results" }));
   showState($("#jobs-live"), state.live);

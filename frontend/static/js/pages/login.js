@@ -1,13 +1,16 @@
 // Sign-in page: email + password -> session cookie, then back to where the
-// user was going (a same-site path only).
+// user was going (a same-site path only). It asks the API nothing on load: a
+// browser that is still signed in never gets here (the server sends it on).
 
 import { api, ApiError } from "../api.js";
 import { $, clear, notice } from "../dom.js";
 
 function nextPath() {
   const next = new URLSearchParams(window.location.search).get("next") || "/jobs";
-  // Only paths on this site: "/x" but not "//host" or "/\host".
-  return /^\/(?![/\\])/.test(next) && !next.startsWith("/login") ? next : "/jobs";
+  // Only paths on this site: "/x" but not "//host" or "/\host", and no control
+  // characters, which browsers drop from URLs ("/\t/host" becomes "//host").
+  const onSite = /^\/(?![/\\])/.test(next) && !/[\\\u0000-\u001f\u007f]/.test(next);
+  return onSite && !next.startsWith("/login") ? next : "/jobs";
 }
 
 function setError(field, message) {
@@ -15,15 +18,6 @@ function setError(field, message) {
   $(`#${field}-error`).textContent = message || "";
   if (message) input.setAttribute("aria-invalid", "true");
   else input.removeAttribute("aria-invalid");
-}
-
-async function alreadySignedIn() {
-  try {
-    await api("/api/v1/auth/me", { redirectOn401: false });
-    window.location.replace(nextPath());
-  } catch {
-    // Not signed in: stay here.
-  }
 }
 
 async function onSubmit(event) {
@@ -65,4 +59,3 @@ if (params.has("next")) {
   clear($("#login-message"), notice("info", "Sign in to continue."));
 }
 $("#login-form").addEventListener("submit", onSubmit);
-alreadySignedIn();

@@ -1,10 +1,14 @@
 // Submit page: a form generated from the catalog's parameter schemas, checked
 // in the page and then by the server (422 messages land next to their field;
-// a quota refusal, 409, is shown above the form). ?clone=ID pre-fills it.
+// a quota refusal, 409, is shown above the form). The tenant's uploaded
+// datasets are offered beside the built-in ones for the algorithms whose
+// tasks they fit. ?clone=ID pre-fills the form from a job, ?dataset=upload:ID
+// picks an upload.
 
 import { api, ApiError, fieldErrors } from "../api.js";
-import { $, clear, h, notice } from "../dom.js";
+import { $, clear, formatNumber, h, notice } from "../dom.js";
 import { startPage } from "../layout.js";
+import { datasetLabel, hasDefaultName, loadUploads, uploadId } from "../uploads.js";
 
 const INT32_MAX = 2 ** 31 - 1;
 
@@ -150,6 +154,31 @@ function compatibleDatasets(algo) {
   return catalog.datasets.filter((d) => (d.tasks || []).some((t) => tasks.has(t)));
 }
 
+function datasetOptions(options) {
+  const option = (d) => h("option", { value: d.name }, d.title || d.name);
+  const uploads = options.filter((d) => d.upload);
+  const builtIn = options.filter((d) => !d.upload);
+  if (!uploads.length) return builtIn.map(option);
+  return [
+    h("optgroup", { label: "Your uploads" }, uploads.map(option)),
+    h("optgroup", { label: "Built-in" }, builtIn.map(option)),
+  ];
+}
+
+/** An upload as the catalog describes a dataset (uploads take no parameters). */
+function uploadEntry(d) {
+  const shape = [`${formatNumber(d.rows)} rows`, `${formatNumber(d.columns)} features`];
+  if (d.n_classes) shape.push(`${formatNumber(d.n_classes)} classes`);
+  return {
+    name: d.dataset,
+    title: `${d.name} (uploaded)`,
+    description: `Your uploaded ${d.task} CSV: ${shape.join(", ")}.`,
+    tasks: d.tasks,
+    params: [],
+    upload: true,
+  };
+}
+
 function onAlgorithmChange(values = {}, datasetName = null) {
   const algo = algorithm();
   $("#algorithm-description").textContent = algo
@@ -158,7 +187,7 @@ function onAlgorithmChange(values = {}, datasetName = null) {
   const select = $("#f-dataset");
   const keep = datasetName || select.value;
   const options = compatibleDatasets(algo);
-  clear(select, options.map((d) => h("option", { value: d.name }, d.title || d.name)));
+  clear(select, datasetOptions(options));
   if (options.some((d) => d.name === keep)) select.value = keep;
   select.disabled = options.length === 0;
   showError("dataset", options.length ? "" : "No dataset suits this algorithm's tasks.");
@@ -307,15 +336,32 @@ function fill(job) {
   $("#f-algorithm").value = job.algorithm;
   onAlgorithmChange({ params: job.params, dataset_params: job.dataset_params }, job.dataset);
   if ($("#f-dataset").value !== job.dataset) {
-    showError("dataset", `Dataset ${job.dataset} is not available for this algorithm.`);
+    const known = catalog.datasets.some((d) => d.name === job.dataset);
+    showError("dataset", uploadId(job.dataset) !== null && !known
+      ? `The job trained on ${datasetLabel(job.dataset)}, which your tenant no longer has; choose another dataset.`
+      : `Dataset ${datasetLabel(job.dataset)} is not available for this algorithm.`);
   }
   const set = (key, value) => {
     const f = fields.get(key);
     if (f) f.input.value = value === null || value === undefined ? "" : String(value);
   };
-  set("name", job.name ? `${job.name} (copy)`.slice(0, 200) : "");
+  // A default name ("<algorithm> on <dataset>") is the server's to choose again.
+  set("name", hasDefaultName(job) ? "" : `${job.name} (copy)`.slice(0, 200));
   set("seed", job.seed);
   for (const s of STOPPING) set(`stopping.${s.name}`, job.stopping[s.name]);
+}
+
+/** Preselect a dataset (?dataset=...), with the first algorithm that can train it. */
+function pickDataset(name) {
+  const ds = catalog.datasets.find((d) => d.name === name);
+  if (!ds) {
+    onAlgorithmChange();
+    showError("dataset", `Dataset ${datasetLabel(name)} is not available to you.`);
+    return;
+  }
+  const algo = catalog.algorithms.find((a) => a.tasks.some((t) => (ds.tasks || []).includes(t)));
+  if (algo) $("#f-algorithm").value = algo.name;
+  onAlgorithmChange({}, name);
 }
 
 // ---- submitting ----
@@ -398,14 +444,17 @@ async function onSubmit(event) {
 }
 
 async function main() {
-  await startPage("submit");
+  const me = await startPage("submit");
   const root = $("#submit-root");
   try {
-    const [algorithms, datasets] = await Promise.all([
+    const [algorithms, datasets, uploads] = await Promise.all([
       api("/api/v1/catalog/algorithms"),
       api("/api/v1/catalog/datasets"),
+      loadUploads(),
     ]);
-    catalog = { algorithms, datasets };
+    // Jobs train on their own tenant's uploads only (a platform admin lists every tenant's).
+    const own = uploads.filter((d) => d.tenant_id === me.tenant_id).map(uploadEntry);
+    catalog = { algorithms, datasets: [...own, ...datasets] };
   } catch (err) {
     clear(root, notice("error", `Could not load the catalog: ${err.message}`));
     return;
@@ -431,6 +480,11 @@ async function main() {
       clear($("#form-message"), notice("error", `Could not copy job ${cloneId}: ${err.message}`));
       return;
     }
+  }
+  const wanted = new URLSearchParams(window.location.search).get("dataset");
+  if (wanted) {
+    pickDataset(wanted);
+    return;
   }
   onAlgorithmChange();
 }
