@@ -6,6 +6,7 @@ rule here fails ``test_every_route_has_a_rule``.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -55,6 +56,25 @@ class World:
                           data={"name": _unique("d"), "task": "classification"})
             assert resp.status_code == 201, resp.text
             return int(resp.json()["id"])
+
+    def trained_job(self) -> int:
+        """A job of tenant alpha with a checkpoint: trained until its first chunk is stored."""
+        job = self.new_job()
+        deadline = time.monotonic() + 120
+        with self.client("member") as c:
+            while c.get(f"/api/v1/jobs/{job}").json()["iterations_done"] <= 0:
+                assert time.monotonic() < deadline, "no chunk finished in 120 s"
+                time.sleep(0.2)
+            assert c.post(f"/api/v1/jobs/{job}/pause").status_code == 200
+        return job
+
+    def new_member_token(self) -> int:
+        """The id of a fresh API token of a new member of tenant alpha."""
+        token = make_user_token(self.portal.db_url, tenant="alpha",
+                                email=f"{_unique('t')}@alpha.test")
+        with session_scope(engine_for(self.portal.db_url)) as session:
+            return int(session.execute(select(col(ApiToken.id)).where(
+                col(ApiToken.token_hash) == hash_token(token))).scalar_one())
 
     def new_job(self, pause: bool = False) -> int:
         with self.client("member") as c:
@@ -193,6 +213,21 @@ RULES: dict[tuple[str, str], Case] = {
         lambda w: ("GET", f"/api/v1/datasets/{w.member_dataset}", None), tenant_a_job(200)),
     ("DELETE", "/api/v1/datasets/{dataset_id}"): (
         lambda w: ("DELETE", f"/api/v1/datasets/{w.new_dataset()}", None), tenant_a_job(204)),
+    ("GET", "/api/v1/datasets/{dataset_id}/preview"): (
+        lambda w: ("GET", f"/api/v1/datasets/{w.member_dataset}/preview", None),
+        tenant_a_job(200)),
+    ("GET", "/api/v1/jobs/{job_id}/checkpoint"): (
+        lambda w: ("GET", f"/api/v1/jobs/{w.trained_job()}/checkpoint", None),
+        tenant_a_job(200)),
+    ("POST", "/api/v1/jobs/bulk"): (
+        # Another tenant's ids are ignored, not refused (test_bulk_... below).
+        lambda w: ("POST", "/api/v1/jobs/bulk", {"action": "cancel", "ids": [w.new_job()]}),
+        signed_in(200)),
+    ("GET", "/api/v1/admin/tokens"): (
+        lambda w: ("GET", "/api/v1/admin/tokens", None), admins(200)),
+    ("DELETE", "/api/v1/admin/tokens/{token_id}"): (
+        lambda w: ("DELETE", f"/api/v1/admin/tokens/{w.new_member_token()}", None),
+        {**admins(204), "other_admin": 404}),
     ("GET", "/api/v1/cluster"): (lambda w: ("GET", "/api/v1/cluster", None), signed_in(200)),
     ("GET", "/api/v1/health"): (lambda w: ("GET", "/api/v1/health", None), everyone(200)),
 }
@@ -306,3 +341,25 @@ def test_sign_in_is_rate_limited(world: World) -> None:
         assert codes[:3] == [401] * 3 and codes[-1] == 429, codes
         assert "try again" in answers[-1].json()["detail"]
         assert int(answers[-1].headers["Retry-After"]) >= 1
+
+
+def test_bulk_actions_ignore_other_tenants_jobs(world: World) -> None:
+    job = world.new_job()
+    with world.client("other_member") as client:
+        resp = client.post("/api/v1/jobs/bulk", json={"action": "cancel", "ids": [job]})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["changed"] == 0
+    with world.client("member") as client:
+        assert client.get(f"/api/v1/jobs/{job}").json()["status"] != "cancelled"
+        assert client.post(f"/api/v1/jobs/{job}/cancel").status_code == 200
+
+
+def test_admin_token_list_is_scoped_to_the_tenant(world: World) -> None:
+    token_id = world.new_member_token()
+    with world.client("other_admin") as client:
+        theirs = client.get("/api/v1/admin/tokens").json()
+    with world.client("tenant_admin") as client:
+        ours = client.get("/api/v1/admin/tokens").json()
+    assert token_id in {t["id"] for t in ours}
+    assert theirs and token_id not in {t["id"] for t in theirs}
+    assert all(t["tenant_id"] != world.tenant_a for t in theirs)
