@@ -53,10 +53,3 @@ class CheckpointStore:
         for entry in folder.iterdir():
             if entry.name != keep and entry.suffix == ".ckpt":
                 entry.unlink(missing_ok=True)
-
-    def delete_job(self, job_id: int) -> None:
-        folder = self._dir(job_id)
-        if folder.exists():
-            for entry in folder.iterdir():
-                entry.unlink(missing_ok=True)
-            folder.rmdir()

@@ -18,11 +18,12 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, cast
 
 import redis
 from sqlalchemy import select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session, col
 
 from backend.core.leases import Leases, local_slot_id
@@ -31,8 +32,10 @@ from backend.core.models import Job, JobStatus, LossRecord, utcnow
 from backend.core.notify import publish_job_event, wake_scheduler
 from backend.core.redis_keys import RedisKeys
 from workers.algorithms import make_trainer, restore_trainer
+from workers.algorithms.base import Trainer
 from workers.checkpoints import CheckpointStore
-from workers.stopping import StopRule, Verdict, check
+from workers.iterations import Iterations, Point, run_iterations
+from workers.stopping import StopRule, Verdict
 from workers.uploaded import resolve_dataset
 
 log = logging.getLogger(__name__)
@@ -40,13 +43,23 @@ log = logging.getLogger(__name__)
 STREAM_MAXLEN = 20_000
 # Push points to the live stream at least this often during a chunk.
 STREAM_FLUSH_SECONDS = 0.2
+COMMIT_ATTEMPTS = 5
+"""Tries at storing a chunk while API status changes (pause, cancel) keep racing it."""
+
+
+class Outcome(StrEnum):
+    """What became of one delivered chunk."""
+
+    ran = "ran"
+    discarded = "discarded"  # stale or duplicate: nothing stored
+    failed = "failed"  # ran, and the job failed
 
 
 @dataclass
 class ChunkOutcome:
     job_id: int
     chunk_seq: int
-    outcome: str  # ran, discarded, failed
+    outcome: Outcome
     detail: str = ""
     iterations: int = 0
     status: str | None = None
@@ -54,7 +67,7 @@ class ChunkOutcome:
 
 @dataclass
 class _Run:
-    points: list[tuple[int, float, float]] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
     verdict: Verdict | None = None
     state: bytes | None = None
     iteration: int = 0
@@ -76,108 +89,116 @@ def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> Ch
     # Claimed for this slot, so the scheduler can reclaim it once we stop heartbeating.
     holder = leases.claim(job_id, chunk_seq, local_slot_id())
     if holder != chunk_seq:
-        return ChunkOutcome(job_id, chunk_seq, "discarded", f"lease held by {holder}")
+        return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, f"lease held by {holder}")
     with Session(ctx.engine, expire_on_commit=False) as session:
         job = session.get(Job, job_id)
         if job is None or job.chunk_seq != chunk_seq or job.status in (
             JobStatus.completed, JobStatus.failed
         ):
             leases.release(job_id, chunk_seq)
-            return ChunkOutcome(job_id, chunk_seq, "discarded", "job moved on")
+            return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, "job moved on")
+        rule = StopRule(job.max_iterations, job.target_loss, job.tolerance,
+                        job.convergence_window)
+        # The convergence test spans chunks: it needs the losses just before this one.
         recent = session.execute(
             select(col(LossRecord.loss))
             .where(col(LossRecord.job_id) == job_id,
                    col(LossRecord.iteration) <= job.checkpoint_iteration)
             .order_by(col(LossRecord.iteration).desc())
-            .limit(job.convergence_window + 1)
+            .limit(rule.window + 1)
         ).all()
     history = [float(r[0]) for r in reversed(recent)]
-    run = _train(ctx, job, chunk_seq, budget, history, leases)
+    run = _train(ctx, job, chunk_seq, budget, rule, history, leases)
     if run.abandoned:
-        return ChunkOutcome(job_id, chunk_seq, "discarded", "lease expired while running")
+        return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, "lease expired while running")
     if run.state is not None:
         ctx.checkpoints.save(job_id, run.iteration, run.state)
     status = _commit(ctx, job, chunk_seq, run)
     if status is None:
         leases.release(job_id, chunk_seq)
-        return ChunkOutcome(job_id, chunk_seq, "discarded", "fenced off by a newer chunk")
+        return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, "fenced off by a newer chunk")
     if run.state is not None:
         ctx.checkpoints.prune(job_id, run.iteration)
     leases.release(job_id, chunk_seq)
     publish_job_event(ctx.redis, ctx.keys, job_id=job_id, tenant_id=job.tenant_id,
                       status=status, iterations_done=run.iteration)
     wake_scheduler(ctx.redis, ctx.keys, f"chunk {job_id}:{chunk_seq}")
-    outcome = "failed" if status == JobStatus.failed else "ran"
+    outcome = Outcome.failed if status == JobStatus.failed else Outcome.ran
     return ChunkOutcome(job_id, chunk_seq, outcome, run.error or "", len(run.points), status)
 
 
-def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, history: list[float],
-           leases: Leases) -> _Run:
-    run = _Run(iteration=job.checkpoint_iteration)
+def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, rule: StopRule,
+           history: list[float], leases: Leases) -> _Run:
+    start = job.checkpoint_iteration
     try:
-        dataset = resolve_dataset(ctx.engine, job)  # built-in or the tenant's upload
-        if job.checkpoint_iteration > 0:
-            data = ctx.checkpoints.load(job.id or 0, job.checkpoint_iteration)
-            if data is None:
-                raise RuntimeError(
-                    f"checkpoint for iteration {job.checkpoint_iteration} is missing"
-                )
-            trainer = restore_trainer(job.algorithm, data, dataset, job.params, job.seed)
-        else:
-            trainer = make_trainer(job.algorithm, dataset, job.params, job.seed)
+        trainer = _load_trainer(ctx, job)
     except Exception as exc:  # a broken spec or store fails this job only
         log.exception("job %s could not start its chunk", job.id)
-        run.verdict = Verdict("failed", f"could not start: {type(exc).__name__}: {exc}")
-        run.error = str(exc)
-        return run
+        return _Run(iteration=start,
+                    verdict=Verdict("failed", f"could not start: {type(exc).__name__}: {exc}"),
+                    error=str(exc))
 
-    rule = StopRule(job.max_iterations, job.target_loss, job.tolerance, job.convergence_window)
-    initial = job.initial_loss if job.initial_loss is not None else None
-    last_flush = last_renew = time.monotonic()
-    flushed = 0
-    stop_at = min(job.checkpoint_iteration + budget, job.max_iterations)
-    try:
-        while run.iteration < stop_at:
-            started = time.perf_counter()
-            loss = float(trainer.step(1)[0])
-            elapsed = time.perf_counter() - started
-            run.iteration += 1
-            run.points.append((run.iteration, loss, elapsed))
-            history.append(loss)
-            if initial is None:
-                initial = loss
-            run.verdict = check(rule, run.iteration, history, initial)
-            if len(history) > rule.window + 1:
-                del history[0]
-            now = time.monotonic()
-            if now - last_flush >= STREAM_FLUSH_SECONDS:
-                _stream(ctx, job.id or 0, run.points[flushed:])
-                flushed, last_flush = len(run.points), now
-            if now - last_renew >= ctx.lease_seconds / 3:
-                if not leases.renew(job.id or 0, seq, ctx.lease_seconds):
-                    run.abandoned = True
-                    return run
-                last_renew = now
-            if run.verdict is not None:
-                break
-    except Exception as exc:
-        log.exception("job %s failed in training", job.id)
-        run.verdict = Verdict("failed", f"training error at iteration {run.iteration + 1}: "
-                                        f"{type(exc).__name__}: {exc}")
-        run.error = str(exc)
+    live = _LiveTicker(ctx, job.id or 0, seq, leases)
+    result = run_iterations(trainer, rule, budget, live.tick, start=start, history=history,
+                            initial=job.initial_loss)
+    run = _Run(points=result.points, verdict=result.verdict, iteration=result.iteration)
+    if result.stopped:
+        run.abandoned = True
         return run
-    _stream(ctx, job.id or 0, run.points[flushed:])
+    if result.error is not None:
+        error = result.error
+        log.error("job %s failed in training", job.id, exc_info=error)
+        run.verdict = Verdict("failed", f"training error at iteration {run.iteration + 1}: "
+                                        f"{type(error).__name__}: {error}")
+        run.error = str(error)
+        return run
+    live.flush(run.points)
     if run.verdict is None or run.verdict.status == "completed":
         run.state = trainer.state_bytes()
     else:
         # A NaN/divergent step poisons the model: keep the last good checkpoint
         # and only the finite points before it.
         run.points = [p for p in run.points if math.isfinite(p[1])]
-        run.iteration = job.checkpoint_iteration
+        run.iteration = start
     return run
 
 
-def _stream(ctx: ChunkContext, job_id: int, points: list[tuple[int, float, float]]) -> None:
+def _load_trainer(ctx: ChunkContext, job: Job) -> Trainer:
+    dataset = resolve_dataset(ctx.engine, job)  # built-in or the tenant's upload
+    if job.checkpoint_iteration <= 0:
+        return make_trainer(job.algorithm, dataset, job.params, job.seed)
+    data = ctx.checkpoints.load(job.id or 0, job.checkpoint_iteration)
+    if data is None:
+        raise RuntimeError(f"checkpoint for iteration {job.checkpoint_iteration} is missing")
+    return restore_trainer(job.algorithm, data, dataset, job.params, job.seed)
+
+
+class _LiveTicker:
+    """Between iterations: stream new points for live charts and keep the lease."""
+
+    def __init__(self, ctx: ChunkContext, job_id: int, seq: int, leases: Leases) -> None:
+        self.ctx, self.job_id, self.seq, self.leases = ctx, job_id, seq, leases
+        self.last_flush = self.last_renew = time.monotonic()
+        self.flushed = 0
+
+    def tick(self, run: Iterations) -> bool:
+        """False when the lease was lost: another worker may own the job now."""
+        now = time.monotonic()
+        if now - self.last_flush >= STREAM_FLUSH_SECONDS:
+            self.flush(run.points)
+            self.last_flush = now
+        if now - self.last_renew >= self.ctx.lease_seconds / 3:
+            if not self.leases.renew(self.job_id, self.seq, self.ctx.lease_seconds):
+                return False
+            self.last_renew = now
+        return True
+
+    def flush(self, points: list[Point]) -> None:
+        _stream(self.ctx, self.job_id, points[self.flushed:])
+        self.flushed = len(points)
+
+
+def _stream(ctx: ChunkContext, job_id: int, points: list[Point]) -> None:
     if not points:
         return
     try:
@@ -196,25 +217,26 @@ def _stream(ctx: ChunkContext, job_id: int, points: list[tuple[int, float, float
 def _commit(ctx: ChunkContext, job: Job, seq: int, run: _Run) -> str | None:
     """Store the chunk's results if ``seq`` still owns the job; returns the
     job's new status, or None when a newer chunk fenced this one off."""
-    for _attempt in range(5):
+    for _attempt in range(COMMIT_ATTEMPTS):
         with Session(ctx.engine, expire_on_commit=False) as session:
             current = session.get(Job, job.id)
             if current is None or current.chunk_seq != seq:
                 return None
             values = _progress_values(current, run)
-            result = session.execute(
+            result = cast(CursorResult[Any], session.execute(
                 update(Job)
-                .where(Job.id == job.id, Job.chunk_seq == seq,  # type: ignore[arg-type]
-                       Job.status == current.status)  # type: ignore[arg-type]
+                .where(col(Job.id) == job.id, col(Job.chunk_seq) == seq,
+                       col(Job.status) == current.status)
                 .values(**values)
-            )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
+            ))
+            if result.rowcount != 1:
                 session.rollback()
                 continue  # the API changed the status meanwhile (pause, cancel): retry
             insert_loss_points(session, job.id or 0, run.points)
             session.commit()
             return str(values["status"])
-    raise RuntimeError(f"job {job.id}: could not commit chunk {seq} after retries")
+    raise RuntimeError(f"job {job.id}: could not commit chunk {seq} "
+                       f"after {COMMIT_ATTEMPTS} attempts")
 
 
 def _progress_values(current: Job, run: _Run) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from functools import lru_cache
 from backend.core.db import get_engine
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.settings import get_settings
+from backend.core.task_names import RUN_CHUNK_TASK
 from workers.celery_app import celery_app
 from workers.checkpoints import CheckpointStore
 from workers.chunk_service import ChunkContext, run_chunk
@@ -24,10 +25,7 @@ def _context() -> ChunkContext:
     )
 
 
-@celery_app.task(name="slaq.run_chunk", acks_late=True)
-def run_chunk_task(job_id: int, chunk_seq: int, budget: int) -> dict[str, object]:
+@celery_app.task(name=RUN_CHUNK_TASK, acks_late=True)
+def run_chunk_task(job_id: int, chunk_seq: int, budget: int) -> None:
     """Run one granted chunk; safe to deliver twice (fenced by lease and seq)."""
-    outcome = run_chunk(_context(), int(job_id), int(chunk_seq), int(budget))
-    return {"job_id": outcome.job_id, "chunk_seq": outcome.chunk_seq,
-            "outcome": outcome.outcome, "iterations": outcome.iterations,
-            "status": outcome.status}
+    run_chunk(_context(), int(job_id), int(chunk_seq), int(budget))

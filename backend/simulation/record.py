@@ -18,7 +18,8 @@ from typing import Any
 from backend.scheduling.trace import Trace, TraceCurve
 from workers.algorithms import make_trainer, restore_trainer
 from workers.datasets import load_dataset
-from workers.stopping import StopRule, check
+from workers.iterations import Iterations, run_iterations
+from workers.stopping import StopRule
 
 DISPATCH_SECONDS = 0.02
 """Assumed scheduler->broker->worker->report latency per chunk (Redis on localhost)."""
@@ -99,26 +100,26 @@ def record_curve(spec: RunSpec, *, overhead_samples: int = 5) -> TraceCurve:
     trainer = make_trainer(spec.algorithm, dataset, spec.params, spec.seed)
     rule = StopRule(max_iterations=spec.max_iterations, tolerance=spec.tolerance,
                     window=spec.window)
-    losses: list[float] = []
-    seconds: list[float] = []
     overheads: list[float] = []
     sample_every = max(spec.max_iterations // overhead_samples, 1)
-    reason = ""
-    while True:
-        started = time.perf_counter()
-        loss = trainer.step(1)[0]
-        seconds.append(time.perf_counter() - started)
-        losses.append(loss)
-        if len(losses) % sample_every == 1:
+
+    def sample_overhead(run: Iterations) -> bool:
+        if run.iteration % sample_every == 1:
             overheads.append(_checkpoint_seconds(trainer, spec, dataset))
-        verdict = check(rule, len(losses), losses[-(rule.window + 1):], losses[0])
-        if verdict is not None:
-            reason = verdict.reason
-            if verdict.status != "completed":
-                raise RuntimeError(f"{spec.curve_id} failed: {reason}")
-            break
+        return True
+
+    # The stop rule caps the run at max_iterations, so that is the whole budget.
+    run = run_iterations(trainer, rule, spec.max_iterations, sample_overhead)
+    if run.error is not None:
+        raise run.error
+    if run.verdict is None:
+        raise RuntimeError(f"{spec.curve_id} stopped without a verdict")
+    reason = run.verdict.reason
+    if run.verdict.status != "completed":
+        raise RuntimeError(f"{spec.curve_id} failed: {reason}")
     return TraceCurve(
-        id=spec.curve_id, losses=tuple(losses), seconds=tuple(seconds),
+        id=spec.curve_id, losses=tuple(p[1] for p in run.points),
+        seconds=tuple(p[2] for p in run.points),
         algorithm=spec.algorithm, dataset=spec.dataset, params=dict(spec.params),
         dataset_params=dict(spec.dataset_params),
         seed=spec.seed, max_iterations=spec.max_iterations, stop_reason=reason,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 from sqlalchemy import select
+from sqlmodel import col
 
 from backend.core.db import engine_for, session_scope
 from backend.core.models import Job, LossRecord, as_utc
@@ -86,8 +87,10 @@ def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: 
             job = rows[ids[arrival.index]]
             curve = trace.curve(arrival.curve_id)
             points = session.execute(
-                select(LossRecord.iteration, LossRecord.loss, LossRecord.recorded_at)
-                .where(LossRecord.job_id == job.id).order_by(LossRecord.iteration)).all()
+                select(col(LossRecord.iteration), col(LossRecord.loss),
+                       col(LossRecord.recorded_at))
+                .where(col(LossRecord.job_id) == job.id)
+                .order_by(col(LossRecord.iteration))).all()
             sim = SimJob(arrival.index, curve, arrival.tenant_id, _epoch(job.created_at) - t0)
             sim.iteration_times = [_epoch(p[2]) - t0 for p in points]
             sim.finish = _epoch(job.finished_at) - t0 if job.finished_at else None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 from sqlalchemy import select
+from sqlmodel import col
 
 from backend.core.db import engine_for, migrate, session_scope
 from backend.core.leases import Heartbeats, Leases
@@ -16,8 +17,10 @@ from backend.core.models import Job, JobStatus, LossRecord, Role
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.service import Scheduler
 from backend.seed import ensure_tenant, ensure_user
+from workers.algorithms import make_trainer
 from workers.checkpoints import CheckpointStore
-from workers.chunk_service import ChunkContext, run_chunk
+from workers.chunk_service import ChunkContext, Outcome, run_chunk
+from workers.datasets import load_dataset
 
 
 class Sent(list[tuple[int, int, int]]):
@@ -25,10 +28,11 @@ class Sent(list[tuple[int, int, int]]):
         self.append((job_id, chunk_seq, iterations))
 
 
+Setup = tuple[Scheduler, ChunkContext, Sent, int]
+
+
 @pytest.fixture
-def setup(
-    db_url: str, redis_url: str, tmp_path: Path
-) -> Iterator[tuple[Scheduler, ChunkContext, Sent, int]]:
+def setup(db_url: str, redis_url: str, tmp_path: Path) -> Iterator[Setup]:
     migrate(db_url)
     engine = engine_for(db_url)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
@@ -56,23 +60,24 @@ def setup(
 
 def _iterations(ctx: ChunkContext, job_id: int) -> list[int]:
     with session_scope(ctx.engine) as session:
-        rows = session.execute(select(LossRecord.iteration).where(LossRecord.job_id == job_id)
-                               .order_by(LossRecord.iteration)).all()
+        rows = session.execute(select(col(LossRecord.iteration))
+                               .where(col(LossRecord.job_id) == job_id)
+                               .order_by(col(LossRecord.iteration))).all()
     return [int(r[0]) for r in rows]
 
 
-def test_duplicate_delivery_writes_nothing_twice(setup) -> None:  # type: ignore[no-untyped-def]
+def test_duplicate_delivery_writes_nothing_twice(setup: Setup) -> None:
     sched, ctx, sent, job_id = setup
     sched.run_round()
     assert sent == [(job_id, 1, 10)]
     first = run_chunk(ctx, *sent[0])
-    assert first.outcome == "ran" and first.iterations == 10
+    assert first.outcome == Outcome.ran and first.iterations == 10
     again = run_chunk(ctx, *sent[0])
-    assert again.outcome == "discarded"
+    assert again.outcome == Outcome.discarded
     assert _iterations(ctx, job_id) == list(range(1, 11))
 
 
-def test_stale_chunk_is_fenced_off_after_reclaim(setup) -> None:  # type: ignore[no-untyped-def]
+def test_stale_chunk_is_fenced_off_after_reclaim(setup: Setup) -> None:
     sched, ctx, sent, job_id = setup
     sched.run_round()
     stale = sent[-1]
@@ -84,34 +89,31 @@ def test_stale_chunk_is_fenced_off_after_reclaim(setup) -> None:  # type: ignore
     fresh = sent[-1]
     assert fresh[1] == stale[1] + 1
     # The stale worker wakes up and runs: its lease is gone, it must do nothing.
-    assert run_chunk(ctx, *stale).outcome == "discarded"
-    assert run_chunk(ctx, *fresh).outcome == "ran"
+    assert run_chunk(ctx, *stale).outcome == Outcome.discarded
+    assert run_chunk(ctx, *fresh).outcome == Outcome.ran
     assert _iterations(ctx, job_id) == list(range(1, 11))
 
 
-def test_checkpoint_resume_is_exact(setup) -> None:  # type: ignore[no-untyped-def]
+def test_checkpoint_resume_is_exact(setup: Setup) -> None:
     """Chunks resumed from checkpoints give the same losses as one long run."""
     sched, ctx, sent, job_id = setup
     for _ in range(10):
         result = sched.run_round()
         if not result.grants:
             break
-        assert run_chunk(ctx, *sent[-1]).outcome == "ran"
+        assert run_chunk(ctx, *sent[-1]).outcome == Outcome.ran
     assert len(sent) >= 2, "the job should have needed more than one chunk"
     with session_scope(ctx.engine) as session:
         losses = [r[0] for r in session.execute(
-            select(LossRecord.loss).where(LossRecord.job_id == job_id)
-            .order_by(LossRecord.iteration)).all()]
+            select(col(LossRecord.loss)).where(col(LossRecord.job_id) == job_id)
+            .order_by(col(LossRecord.iteration))).all()]
         job = session.get(Job, job_id)
         assert job is not None and job.status == JobStatus.completed
-    from workers.algorithms import make_trainer
-    from workers.datasets import load_dataset
-
     straight = make_trainer("logistic_regression", load_dataset("iris", {}), {}, 0).step(30)
     assert losses == straight
 
 
-def test_policy_respects_free_slots_and_leases(setup) -> None:  # type: ignore[no-untyped-def]
+def test_policy_respects_free_slots_and_leases(setup: Setup) -> None:
     sched, ctx, sent, job_id = setup
     sched.run_round()
     sched.run_round()  # the job's chunk is in flight: nothing more to grant

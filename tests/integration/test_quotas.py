@@ -4,9 +4,11 @@ every scheduling round."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 from sqlalchemy import func, select
+from sqlmodel import col
 
 from backend.core.db import engine_for, session_scope
 from backend.core.models import Decision, Job, Role, Tenant
@@ -36,9 +38,10 @@ def test_fifty_concurrent_submissions_against_a_quota_of_ten(portal: Portal) -> 
     assert all("max_active_jobs" in d["message"] and "10 of 10" in d["message"]
                for d in refused)
     with session_scope(engine_for(portal.db_url)) as session:
-        tenant = session.execute(select(Tenant).where(Tenant.name == "crowded")).scalar_one()
+        tenant = session.execute(
+            select(Tenant).where(col(Tenant.name) == "crowded")).scalar_one()
         stored = session.execute(select(func.count()).select_from(Job)
-                                 .where(Job.tenant_id == tenant.id)).scalar_one()
+                                 .where(col(Job.tenant_id) == tenant.id)).scalar_one()
     assert stored == 10
 
 
@@ -66,8 +69,8 @@ def test_slot_quota_is_enforced_by_the_scheduler(portal: Portal) -> None:
         wait_until(all_done, 120, "the capped jobs to complete", interval=0.05)
     assert max(in_flight) == 1, "the quota allows one chunk in flight, and one did run"
     with session_scope(engine_for(portal.db_url)) as session:
-        granted = set(session.execute(select(Decision.job_id)
-                                      .where(Decision.job_id.in_(ids))).scalars())
+        granted = set(session.execute(select(col(Decision.job_id))
+                                      .where(col(Decision.job_id).in_(ids))).scalars())
     assert granted == set(ids)
 
 
@@ -102,7 +105,7 @@ def test_a_waiting_job_says_why(portal: Portal) -> None:
                       headers={"Authorization": f"Bearer {token}"}) as c:
         first, second = (c.post("/api/v1/jobs", json=SPEC).json()["id"] for _ in range(2))
 
-        def explained() -> dict | None:  # type: ignore[type-arg]
+        def explained() -> dict[str, Any] | None:
             job = c.get(f"/api/v1/jobs/{second}").json()
             return job if job["queue_position"] is not None else None
 

@@ -24,7 +24,8 @@ def plateau_then_drop(n: int = 600, start: int = 200) -> list[float]:
 
 def step_lr(n: int = 600) -> list[float]:
     # Decays to 0.6, a schedule step at 200 sends it to 0.3, another at 400 to 0.15.
-    out, begin, level, target = [], 0, 1.0, 0.6
+    out: list[float] = []
+    begin, level, target = 0, 1.0, 0.6
     for k in range(1, n + 1):
         if k in (200, 400):
             begin, level, target = k - 1, out[-1], out[-1] * 0.5
