@@ -28,8 +28,17 @@ def main(argv: list[str] | None = None) -> int:
         from backend.client.cli import main as client_main
 
         return client_main(argv)
-    parser = argparse.ArgumentParser(prog="slaq", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    from backend.client.cli import command_summaries
+
+    # The client commands have their own parser (they never touch the
+    # database); list them here too so one --help shows everything.
+    client_lines = "\n".join(f"    {name:<16}{text}" for name, text in command_summaries())
+    parser = argparse.ArgumentParser(
+        prog="slaq", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"talk to a running portal (API token from 'slaq login' or SLAQ_TOKEN):\n"
+               f"{client_lines}\n\n'slaq COMMAND -h' describes a command's options.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                title="run and operate the portal")
     sub.add_parser("run", help="API, scheduler and workers together (the default setup)")
     sub.add_parser("api", help="the web API only")
     sub.add_parser("scheduler", help="the scheduler process only")

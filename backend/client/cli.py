@@ -42,6 +42,12 @@ def _err(text: str) -> None:
     sys.stderr.flush()
 
 
+def command_summaries() -> list[tuple[str, str]]:
+    """(command, one-line help) of every client command, for ``slaq --help``."""
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [(choice.dest, choice.help or "") for choice in sub._choices_actions]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slaq", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
