@@ -19,6 +19,8 @@ from fastapi import APIRouter, HTTPException, status
 from fastapi.openapi.docs import get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
+from backend.api.pages import security_headers
+
 ASSETS_DIR = Path(fastapi_offline.__file__).resolve().parent / "static"
 ASSETS_URL = "/static/vendor/docs"
 OPENAPI_URL = "/openapi.json"
@@ -36,16 +38,7 @@ _ASSETS = {
 # As the portal's pages (backend/api/pages.py), plus what the two viewers
 # need: ReDoc and Swagger UI set inline styles, ReDoc may run its search in a
 # blob: worker. The OAuth2 redirect page is FastAPI's, with an inline script.
-_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-        "img-src 'self' data: blob:; connect-src 'self'; font-src 'self' data:; "
-        "worker-src 'self' blob:; object-src 'none'; base-uri 'self'; form-action 'self'; "
-        "frame-ancestors 'none'")
-_HEADERS = {
-    "Content-Security-Policy": _CSP,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-cache",
-}
+_HEADERS = security_headers("worker-src 'self' blob:")
 
 router = APIRouter(include_in_schema=False)
 

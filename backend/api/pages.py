@@ -22,17 +22,20 @@ from backend.services.web_sessions import SESSION_COOKIE, find_session
 
 PAGES_DIR = Path(__file__).resolve().parents[2] / "frontend" / "pages"
 
-# Scripts and styles from this origin only; Plotly sets inline styles and
-# draws with data: URLs, hence the two exceptions.
-_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-        "img-src 'self' data: blob:; connect-src 'self'; font-src 'self' data:; "
-        "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'")
-_HEADERS = {
-    "Content-Security-Policy": _CSP,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-cache",
-}
+def security_headers(*extra_csp: str) -> dict[str, str]:
+    """Headers for every HTML page the portal serves. Scripts and styles come
+    from this origin only; Plotly sets inline styles and draws with data:
+    URLs, hence the two exceptions. ``extra_csp`` adds directives."""
+    csp = "; ".join(("default-src 'self'", "script-src 'self'",
+                     "style-src 'self' 'unsafe-inline'", "img-src 'self' data: blob:",
+                     "connect-src 'self'", "font-src 'self' data:", *extra_csp,
+                     "object-src 'none'", "base-uri 'self'", "form-action 'self'",
+                     "frame-ancestors 'none'"))
+    return {"Content-Security-Policy": csp, "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "same-origin", "Cache-Control": "no-cache"}
+
+
+_HEADERS = security_headers()
 
 router = APIRouter(include_in_schema=False)
 

@@ -18,6 +18,17 @@ class JobStateError(Exception):
     """The job's current state does not allow the requested action."""
 
 
+def _transition_values(target: str) -> dict[str, Any]:
+    """The columns a move to ``target`` sets, for one job or many."""
+    values: dict[str, Any] = {"status": target}
+    if target == JobStatus.queued:
+        values["waiting_since"] = utcnow()
+    if target == JobStatus.cancelled:
+        values["finished_at"] = utcnow()
+        values["end_reason"] = "cancelled by user"
+    return values
+
+
 def create_job(*, session: Session, job_in: JobCreate, user: User, tenant: Tenant) -> Job:
     """Check ``job_in`` against the catalogues, the iteration limit and the
     tenant's quotas, and insert it as queued; raises SpecErrors or QuotaExceeded."""
@@ -74,12 +85,7 @@ def change_state(*, session: Session, job: Job, action: str) -> Job:
         session.refresh(job)
         if job.status not in allowed:
             raise JobStateError(f"cannot {action} a job that is {job.status}")
-        values: dict[str, Any] = {"status": target}
-        if target == JobStatus.queued:
-            values["waiting_since"] = utcnow()
-        if target == JobStatus.cancelled:
-            values["finished_at"] = utcnow()
-            values["end_reason"] = "cancelled by user"
+        values = _transition_values(target)
         result = session.execute(
             update(Job).where(Job.id == job.id, Job.status == job.status)  # type: ignore[arg-type]
             .values(**values)
@@ -184,12 +190,7 @@ def bulk_change_state(*, session: Session, action: str, candidates: Any) -> dict
     ids = list(tenant_of)
     if not ids:
         return {}
-    values: dict[str, Any] = {"status": target}
-    if target == JobStatus.queued:
-        values["waiting_since"] = utcnow()
-    if target == JobStatus.cancelled:
-        values["finished_at"] = utcnow()
-        values["end_reason"] = "cancelled by user"
+    values = _transition_values(target)
     changed: dict[int, int] = {}
     # Chunks of ids stay under every database's bound-parameter limit.
     for start in range(0, len(ids), 900):
