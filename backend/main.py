@@ -16,9 +16,12 @@ from backend.api import (
     auth,
     catalog,
     cluster,
+    code,
     datasets,
     docs,
+    experiments,
     health,
+    job_metrics,
     jobs,
     jobs_bulk,
     live,
@@ -49,6 +52,9 @@ def create_app() -> FastAPI:
                    admin_tokens.router, docs.router):
         app.include_router(router)
     app.include_router(jobs_bulk.router)
+    app.include_router(code.router)
+    app.include_router(job_metrics.router)
+    app.include_router(experiments.router)
 
     @app.exception_handler(SpecErrors)
     async def _spec_errors(_request: Request, exc: SpecErrors) -> JSONResponse:

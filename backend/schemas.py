@@ -5,23 +5,46 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from backend.security import MIN_PASSWORD_LENGTH
 
 T = TypeVar("T")
+
+QUALITY_METRICS: tuple[str, ...] = ("loss", "val_loss")
+"""Metrics a job may name as its quality signal (the training loss, or the
+held-out loss of its periodic evaluations)."""
+DEFAULT_EVAL_EVERY = 50
+DEFAULT_TOLERANCE = 1e-4
+"""The convergence test a job gets when it sets neither target_loss nor tolerance."""
+MAX_EVAL_EVERY = 100_000_000
 
 
 class StoppingRule(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_iterations: int = Field(1000, ge=1, description="Stop after this many iterations")
-    target_loss: float | None = Field(None, description="Stop once the loss is at or below this")
+    target_loss: float | None = Field(
+        None, description="Stop once the job's quality metric (quality_metric: the training "
+        "loss, or val_loss at each evaluation) is at or below this. Without a tolerance, a "
+        "job with a target runs to it or to max_iterations (no convergence test)")
     tolerance: float | None = Field(
-        1e-4, gt=0, lt=1, description="Converged when the relative loss change over the "
-        "window is below this; null disables"
+        DEFAULT_TOLERANCE, gt=0, lt=1, description="Converged when the quality metric's "
+        "relative change over the window is below this. Left out, the convergence test "
+        f"applies with {DEFAULT_TOLERANCE:g} only when target_loss is not set (a job with a "
+        "target runs to it or to max_iterations); null disables the test; a number "
+        "applies it, with or without a target"
     )
-    window: int = Field(10, ge=1, le=1000, description="Iterations the convergence test spans")
+    window: int = Field(10, ge=1, le=1000, description="Iterations (evaluations, for "
+                        "quality_metric val_loss) the convergence test spans")
+
+    @model_validator(mode="after")
+    def _target_alone_runs_to_it(self) -> StoppingRule:
+        # A user who names a target expects the job to reach it (or its
+        # iteration limit), not to stop on a convergence test they never asked for.
+        if self.target_loss is not None and "tolerance" not in self.model_fields_set:
+            self.tolerance = None
+        return self
 
 
 class JobCreate(BaseModel):
@@ -34,6 +57,37 @@ class JobCreate(BaseModel):
     dataset_params: dict[str, Any] = Field(default_factory=dict)
     seed: int = Field(0, ge=0, le=2**31 - 1)
     stopping: StoppingRule = Field(default_factory=StoppingRule)
+    eval_every: int = Field(
+        DEFAULT_EVAL_EVERY, ge=0, le=MAX_EVAL_EVERY,
+        description="Evaluate on the held-out split every this many iterations (val_loss, "
+        "val_accuracy, ...); 0 never evaluates. At most stopping.max_iterations")
+    quality_metric: str = Field(
+        "loss", description="The metric the scheduler's quality signal and "
+        "stopping.target_loss follow: " + " or ".join(f"'{m}'" for m in QUALITY_METRICS)
+        + "; 'val_loss' needs eval_every > 0")
+
+    @field_validator("quality_metric")
+    @classmethod
+    def _known_metric(cls, value: str) -> str:
+        if value not in QUALITY_METRICS:
+            allowed = ", ".join(f"'{m}'" for m in QUALITY_METRICS)
+            raise ValueError(f"quality_metric {value!r} is not one of {allowed}")
+        return value
+
+
+class JobExplanation(BaseModel):
+    """Where a job stands, in plain words (see backend/services/job_explanation.py)."""
+
+    summary: str = Field(description="One or two plain sentences: what the job is doing or "
+                         "waiting for, its place in the queue and roughly when it starts; "
+                         "for a finished job, why it ended")
+    detail: str | None = Field(None, description="The scheduler's technical reason (predicted "
+                               "gain, fit family, rank), for those who ask why")
+    position: int | None = Field(None, description="Place in the queue, 1 = next; waiting "
+                                 "jobs only")
+    estimate_seconds: float | None = Field(
+        None, description="Rough seconds until it gets a slot, from recent chunk durations "
+        "and the jobs ahead of it; null when unknown")
 
 
 class JobPublic(BaseModel):
@@ -62,6 +116,19 @@ class JobPublic(BaseModel):
     scheduler_reason: str | None
     predicted_gain: float | None
     queue_position: int | None = None
+    eval_every: int = Field(description="Held-out evaluation every this many iterations; 0 never")
+    quality_metric: str = Field(description="What the scheduler and stopping.target_loss follow")
+    last_eval: dict[str, float] = Field(description="The latest evaluation's metrics "
+                                        "(val_loss, ...); empty before the first")
+    last_eval_iteration: int | None = Field(description="The iteration of that evaluation")
+    explanation: JobExplanation = Field(description="What the job does or waits for, in plain "
+                                        "words, with the technical detail apart")
+    experiment_id: int | None = Field(None, description="The experiment (sweep) this job "
+                                      "belongs to, if any")
+    stopped_early: bool = Field(False, description="Paused by its experiment's early-stopping "
+                                "rule (end_reason says why); resumable by hand")
+    trainer_output: str = Field("", description="The end (at most 64 KiB) of what uploaded "
+                                "trainer code printed in its last chunk; empty for others")
 
 
 class Page(BaseModel, Generic[T]):
@@ -77,6 +144,27 @@ class LossHistory(BaseModel):
     downsampled: bool
     iterations: list[int]
     losses: list[float]
+
+
+class MetricSeries(BaseModel):
+    name: str
+    split: Literal["train", "eval"]
+    total_points: int
+    downsampled: bool
+    iterations: list[int]
+    values: list[float]
+
+
+class MetricsHistory(BaseModel):
+    job_id: int
+    quality_metric: str
+    eval_every: int
+    last_eval: dict[str, float]
+    last_eval_iteration: int | None
+    train: dict[str, MetricSeries] = Field(
+        description="Per-iteration metrics other than the loss (which GET .../losses serves)")
+    eval: dict[str, MetricSeries] = Field(
+        description="Held-out metrics, one point every eval_every iterations")
 
 
 class ParamSchema(BaseModel):
@@ -133,6 +221,8 @@ class Me(BaseModel):
     role: str
     tenant_id: int
     tenant_name: str
+    allow_code_uploads: bool = Field(False, description="Whether your tenant may upload "
+                                     "trainer code (POST /api/v1/code)")
     csrf_token: str | None = Field(None, description="Send as X-CSRF-Token on unsafe requests "
                                    "made with the session cookie")
 
@@ -170,6 +260,9 @@ class QuotaUpdate(BaseModel):
     max_queued_jobs: int | None = Field(None, ge=0, le=1_000_000)
     max_iterations_per_job: int | None = Field(None, ge=1, le=100_000_000)
     share_weight: float | None = Field(None, gt=0, le=1000)
+    allow_code_uploads: bool | None = Field(
+        None, description="Let the tenant upload trainer code (runs sandboxed; see "
+        "deploy/PRODUCTION.md)")
 
 
 class UsagePublic(BaseModel):
@@ -183,6 +276,8 @@ class TenantPublic(BaseModel):
     name: str
     quotas: Quotas
     usage: UsagePublic
+    allow_code_uploads: bool = Field(
+        False, description="Whether the tenant may upload trainer code (runs sandboxed)")
 
 
 class TenantCreate(BaseModel):

@@ -110,7 +110,8 @@ def seed(session: Session, *, admin_email: str, admin_password: str = "",
     platform = ensure_tenant(session, PLATFORM_TENANT)
     admin = _seed_account(session, email=admin_email, password=admin_password,
                           setting="ADMIN_PASSWORD", tenant=platform, role=Role.platform_admin)
-    demo = ensure_tenant(session, demo_tenant)
+    # The demo tenant shows off uploaded trainers; every other tenant starts without.
+    demo = ensure_tenant(session, demo_tenant, allow_code_uploads=True)
     demo_admin = _seed_account(session, email=demo_email_for(demo_tenant),
                                password=demo_password, setting="DEMO_PASSWORD", tenant=demo,
                                role=Role.tenant_admin)

@@ -33,6 +33,10 @@ if [ ! -x /usr/bin/chromium ]; then
   echo "installing chromium for browser tests..."
   apt_install chromium || echo "warning: could not install chromium"
 fi
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "installing bubblewrap for the tenant-code sandbox..."
+  apt_install bubblewrap || echo "warning: could not install bubblewrap"
+fi
 if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
   echo "installing docker-compose (to check docker-compose.yml parses)..."
   apt_install docker-compose || echo "warning: could not install docker-compose"

@@ -27,16 +27,15 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session, col
 
 from backend.core.leases import Leases, local_slot_id
-from backend.core.loss_store import insert_loss_points
-from backend.core.models import Job, JobStatus, LossRecord, utcnow
+from backend.core.loss_store import insert_loss_points, insert_metric_points
+from backend.core.models import Job, JobStatus, LossRecord, MetricRecord, utcnow
 from backend.core.notify import publish_job_event, wake_scheduler
 from backend.core.redis_keys import RedisKeys
-from workers.algorithms import make_trainer, restore_trainer
-from workers.algorithms.base import Trainer
 from workers.checkpoints import CheckpointStore
-from workers.iterations import Iterations, Point, run_iterations
+from workers.iterations import Iterations, Point, Sample, run_iterations
 from workers.stopping import StopRule, Verdict
-from workers.uploaded import resolve_dataset
+from workers.trainer_loading import load_trainer
+from workers.trainers.contract import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +67,9 @@ class ChunkOutcome:
 @dataclass
 class _Run:
     points: list[Point] = field(default_factory=list)
+    metrics: list[Sample] = field(default_factory=list)
+    evaluations: list[Sample] = field(default_factory=list)
+    output: str | None = None
     verdict: Verdict | None = None
     state: bytes | None = None
     iteration: int = 0
@@ -98,7 +100,7 @@ def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> Ch
             leases.release(job_id, chunk_seq)
             return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, "job moved on")
         rule = StopRule(job.max_iterations, job.target_loss, job.tolerance,
-                        job.convergence_window)
+                        job.convergence_window, job.quality_metric)
         # The convergence test spans chunks: it needs the losses just before this one.
         recent = session.execute(
             select(col(LossRecord.loss))
@@ -107,8 +109,17 @@ def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> Ch
             .order_by(col(LossRecord.iteration).desc())
             .limit(rule.window + 1)
         ).all()
+        quality = [] if rule.metric == "loss" else session.execute(
+            select(col(MetricRecord.value))
+            .where(col(MetricRecord.job_id) == job_id, col(MetricRecord.split) == "eval",
+                   col(MetricRecord.name) == rule.metric,
+                   col(MetricRecord.iteration) <= job.checkpoint_iteration)
+            .order_by(col(MetricRecord.iteration).desc())
+            .limit(rule.window + 1)
+        ).all()
     history = [float(r[0]) for r in reversed(recent)]
-    run = _train(ctx, job, chunk_seq, budget, rule, history, leases)
+    quality_history = [float(r[0]) for r in reversed(quality)]
+    run = _train(ctx, job, chunk_seq, budget, rule, history, quality_history, leases)
     if run.abandoned:
         return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, "lease expired while running")
     if run.state is not None:
@@ -128,7 +139,7 @@ def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> Ch
 
 
 def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, rule: StopRule,
-           history: list[float], leases: Leases) -> _Run:
+           history: list[float], quality_history: list[float], leases: Leases) -> _Run:
     start = job.checkpoint_iteration
     try:
         trainer = _load_trainer(ctx, job)
@@ -136,12 +147,33 @@ def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, rule: StopRule,
         log.exception("job %s could not start its chunk", job.id)
         return _Run(iteration=start,
                     verdict=Verdict("failed", f"could not start: {type(exc).__name__}: {exc}"),
-                    error=str(exc))
+                    error=str(exc), output=_output_of(exc))
+    try:
+        return _train_with(ctx, job, seq, budget, rule, history, quality_history, leases,
+                           trainer)
+    finally:
+        trainer.close()
 
+
+def _output_of(source: object) -> str | None:
+    """What a sandboxed trainer printed (the sandbox attaches it); None otherwise."""
+    output = getattr(source, "output_tail", None)
+    if callable(output):
+        return str(output())
+    return output if isinstance(output, str) else None
+
+
+def _train_with(ctx: ChunkContext, job: Job, seq: int, budget: int, rule: StopRule,
+                history: list[float], quality_history: list[float], leases: Leases,
+                trainer: Trainer) -> _Run:
+    start = job.checkpoint_iteration
     live = _LiveTicker(ctx, job.id or 0, seq, leases)
     result = run_iterations(trainer, rule, budget, live.tick, start=start, history=history,
-                            initial=job.initial_loss)
-    run = _Run(points=result.points, verdict=result.verdict, iteration=result.iteration)
+                            initial=job.initial_loss, eval_every=job.eval_every,
+                            quality_history=quality_history)
+    run = _Run(points=result.points, metrics=result.metrics, evaluations=result.evaluations,
+               verdict=result.verdict, iteration=result.iteration,
+               output=_output_of(trainer))
     if result.stopped:
         run.abandoned = True
         return run
@@ -151,10 +183,11 @@ def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, rule: StopRule,
         run.verdict = Verdict("failed", f"training error at iteration {run.iteration + 1}: "
                                         f"{type(error).__name__}: {error}")
         run.error = str(error)
+        run.output = _output_of(trainer) or _output_of(error)
         return run
     live.flush(run.points)
     if run.verdict is None or run.verdict.status == "completed":
-        run.state = trainer.state_bytes()
+        run.state = trainer.state()
     else:
         # A NaN/divergent step poisons the model: keep the last good checkpoint
         # and only the finite points before it.
@@ -164,13 +197,12 @@ def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, rule: StopRule,
 
 
 def _load_trainer(ctx: ChunkContext, job: Job) -> Trainer:
-    dataset = resolve_dataset(ctx.engine, job)  # built-in or the tenant's upload
-    if job.checkpoint_iteration <= 0:
-        return make_trainer(job.algorithm, dataset, job.params, job.seed)
-    data = ctx.checkpoints.load(job.id or 0, job.checkpoint_iteration)
-    if data is None:
-        raise RuntimeError(f"checkpoint for iteration {job.checkpoint_iteration} is missing")
-    return restore_trainer(job.algorithm, data, dataset, job.params, job.seed)
+    blob = None
+    if job.checkpoint_iteration > 0:
+        blob = ctx.checkpoints.load(job.id or 0, job.checkpoint_iteration)
+        if blob is None:
+            raise RuntimeError(f"checkpoint for iteration {job.checkpoint_iteration} is missing")
+    return load_trainer(ctx.engine, job, blob)
 
 
 class _LiveTicker:
@@ -233,6 +265,8 @@ def _commit(ctx: ChunkContext, job: Job, seq: int, run: _Run) -> str | None:
                 session.rollback()
                 continue  # the API changed the status meanwhile (pause, cancel): retry
             insert_loss_points(session, job.id or 0, run.points)
+            insert_metric_points(session, job.id or 0, "train", run.metrics)
+            insert_metric_points(session, job.id or 0, "eval", run.evaluations)
             session.commit()
             return str(values["status"])
     raise RuntimeError(f"job {job.id}: could not commit chunk {seq} "
@@ -249,6 +283,10 @@ def _progress_values(current: Job, run: _Run) -> dict[str, Any]:
         values["best_loss"] = best if current.best_loss is None else min(best, current.best_loss)
         if current.initial_loss is None:
             values["initial_loss"] = losses[0]
+    if run.evaluations:
+        values["last_eval"] = dict(run.evaluations[-1][1], iteration=run.evaluations[-1][0])
+    if run.output is not None:
+        values["trainer_output"] = run.output
     values["checkpoint_iteration"] = run.iteration
     last_reported = good[-1][0] if good else 0
     values["iterations_done"] = max(run.iteration, last_reported, current.checkpoint_iteration)

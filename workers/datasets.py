@@ -19,7 +19,7 @@ from sklearn import datasets as skd
 
 from workers.algorithms.params import ParamSpec, ParamValue, fill_params, seed_spec
 
-Task = Literal["classification", "regression", "clustering"]
+Task = Literal["classification", "regression", "clustering", "text"]
 
 # Guards the worker's memory: 50M float64 cells is 400 MB before standardising.
 MAX_CELLS = 50_000_000
@@ -202,6 +202,11 @@ def _n_features(default: int) -> ParamSpec:
 
 _LABELLED: tuple[Task, ...] = ("classification", "clustering")
 
+
+def _text_only(_params: Mapping[str, ParamValue]) -> tuple[np.ndarray, np.ndarray]:
+    raise ValueError("python_docs is a text dataset; workers.text_data.load_text reads it")
+
+
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
     for info in (
@@ -292,6 +297,16 @@ DATASETS: dict[str, DatasetInfo] = {
                 seed_spec(),
             ),
             _blobs,
+        ),
+        DatasetInfo(
+            "python_docs",
+            "Python docstrings (text)",
+            "337k characters of Python standard-library docstrings (PSF License), for "
+            "character-level language models (char_transformer).",
+            "text",
+            ("text",),
+            (),
+            _text_only,
         ),
     )
 }

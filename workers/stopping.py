@@ -17,6 +17,9 @@ class StopRule:
     target_loss: float | None = None
     tolerance: float | None = None
     window: int = 10
+    metric: str = "loss"
+    """The quality metric ``target_loss`` and ``tolerance`` judge (``loss`` or
+    a held-out one such as ``val_loss``, judged after each evaluation)."""
 
 
 class VerdictStatus(StrEnum):
@@ -40,10 +43,12 @@ class Verdict:
 def check(
     rule: StopRule, iteration: int, losses: Sequence[float], initial: float
 ) -> Verdict | None:
-    """Judge the history after ``iteration``; ``losses`` ends with its loss.
+    """Judge the training-loss history after ``iteration``; ``losses`` ends with its loss.
 
     ``losses`` needs at least ``rule.window + 1`` recent values for the
-    convergence test; ``initial`` is the job's first reported loss.
+    convergence test; ``initial`` is the job's first reported loss. The
+    target and convergence tests apply here only when the rule's metric is
+    the training loss; otherwise :func:`check_quality` applies them.
     """
     last = losses[-1]
     if not math.isfinite(last):
@@ -54,17 +59,32 @@ def check(
             f"loss diverged at iteration {iteration}: {last:.4g} from {initial:.4g} "
             "(try a smaller learning rate)",
         )
-    if rule.target_loss is not None and last <= rule.target_loss:
-        return Verdict(VerdictStatus.completed, f"reached target loss {rule.target_loss:g}")
-    if rule.tolerance is not None and len(losses) > rule.window:
-        before = losses[-1 - rule.window]
-        change = abs(before - last) / max(abs(before), 1e-12)
-        if change < rule.tolerance:
-            return Verdict(
-                VerdictStatus.completed,
-                f"converged: loss changed {change:.2e} over {rule.window} iterations "
-                f"(tolerance {rule.tolerance:g})",
-            )
+    if rule.metric == "loss":
+        verdict = check_quality(rule, iteration, losses)
+        if verdict is not None:
+            return verdict
     if iteration >= rule.max_iterations:
         return Verdict(VerdictStatus.completed, f"reached max iterations ({rule.max_iterations})")
+    return None
+
+
+def check_quality(rule: StopRule, iteration: int, values: Sequence[float]) -> Verdict | None:
+    """The target and convergence tests on the rule's metric; ``values`` ends
+    with the newest (one per iteration for ``loss``, per evaluation otherwise)."""
+    last = values[-1]
+    named = "loss" if rule.metric == "loss" else rule.metric
+    if not math.isfinite(last):
+        return Verdict(VerdictStatus.failed, f"{named} became {last} at iteration {iteration}")
+    if rule.target_loss is not None and last <= rule.target_loss:
+        return Verdict(VerdictStatus.completed, f"reached target {named} {rule.target_loss:g}")
+    if rule.tolerance is not None and len(values) > rule.window:
+        before = values[-1 - rule.window]
+        change = abs(before - last) / max(abs(before), 1e-12)
+        if change < rule.tolerance:
+            unit = "iterations" if rule.metric == "loss" else "evaluations"
+            return Verdict(
+                VerdictStatus.completed,
+                f"converged: {named} changed {change:.2e} over {rule.window} {unit} "
+                f"(tolerance {rule.tolerance:g})",
+            )
     return None

@@ -43,7 +43,8 @@ def _tenant_public(tenant: Tenant, usage: Usage | None) -> TenantPublic:
         id=tenant.id or 0, name=tenant.name,
         quotas=Quotas(**{f: getattr(tenant, f) for f in QUOTA_FIELDS}),
         usage=UsagePublic(running_slots=usage.running_slots, active_jobs=usage.active_jobs,
-                          queued_jobs=usage.queued_jobs))
+                          queued_jobs=usage.queued_jobs),
+        allow_code_uploads=tenant.allow_code_uploads)
 
 
 def _user_public(user: User) -> UserPublic:

@@ -94,7 +94,8 @@ def sign_out(request: Request, response: Response, session: SessionDep) -> None:
 def _me(session: SessionDep, user: User, csrf: str | None) -> Me:
     tenant = session.get(Tenant, user.tenant_id)
     return Me(id=user.id or 0, email=user.email, role=user.role, tenant_id=user.tenant_id,
-              tenant_name=tenant.name if tenant else "?", csrf_token=csrf)
+              tenant_name=tenant.name if tenant else "?",
+              allow_code_uploads=bool(tenant and tenant.allow_code_uploads), csrf_token=csrf)
 
 
 @router.get("/me", response_model=Me)

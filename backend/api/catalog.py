@@ -7,16 +7,17 @@ from typing import Any
 from fastapi import APIRouter
 
 from backend.scheduling.registry import live_policy_names
-from workers.algorithms import ALGORITHMS
 from workers.datasets import DATASETS
+from workers.trainers.registry import catalog_entry, trainers
 
 router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"])
 
 
 @router.get("/algorithms")
 def list_algorithms() -> list[dict[str, Any]]:
-    """Training algorithms with each hyper-parameter's type, range, default and help."""
-    return [info.to_json() for info in ALGORITHMS.values()]
+    """Trainers (built-in, PyTorch, plugins) with each hyper-parameter's type,
+    range, default and help, and where the trainer comes from."""
+    return [catalog_entry(cls) for cls in trainers().values()]
 
 
 @router.get("/datasets")

@@ -7,17 +7,22 @@ ratio are SQL aggregates, and only the head of the queue is listed.
 from __future__ import annotations
 
 import json
-from typing import Any
+import time
+from dataclasses import asdict
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+import redis
+from fastapi import APIRouter, Query
 from sqlalchemy import Float, case, cast, func, select
 from sqlmodel import col
 
 from backend.api.deps import CurrentTenant, KeysDep, RedisDep, SessionDep
+from backend.core.cluster_history import KEEP_SECONDS, read_samples
 from backend.core.leases import Heartbeats
 from backend.core.models import Job, JobStatus, Tenant
 from backend.core.portal_settings import active_policy_name
 from backend.core.settings import get_settings
+from backend.services.job_explanation import explain_job
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"])
 
@@ -27,6 +32,17 @@ QUEUE_HEAD = 20
 # Running jobs are bounded by the worker slots; this only guards a huge cluster.
 RUNNING_SHOWN = 500
 _ACTIVE = (JobStatus.running, JobStatus.queued)
+
+
+def _waiting_entries(client: RedisDep, keys: KeysDep, job_ids: list[int]) -> dict[int, Any]:
+    """The scheduler's published facts about these waiting jobs."""
+    if not job_ids:
+        return {}
+    try:
+        raw: Any = client.hmget(keys.waiting, [str(i) for i in job_ids])
+    except redis.RedisError:
+        return {}
+    return {j: json.loads(v) for j, v in zip(job_ids, raw, strict=True) if v is not None}
 
 
 @router.get("/cluster")
@@ -54,11 +70,19 @@ def cluster(session: SessionDep, scope: CurrentTenant, client: RedisDep,
     queued_rows = session.execute(
         select(*columns).where(col(Job.status) == JobStatus.queued)
         .order_by(col(Job.waiting_since), col(Job.id)).limit(QUEUE_HEAD)).all()
+    waiting = _waiting_entries(client, keys, [int(r[0]) for r in queued_rows
+                                              if scope.allows(r[2])])
     queued = []
     for position, row in enumerate(queued_rows, start=1):
         entry = view(row)
         entry["position"] = position
-        entry["reason"] = row[4] if scope.allows(row[2]) else None
+        # The same plain words as the job's own page, less the scheduler's
+        # position (this list is in arrival order); another tenant's stay hidden.
+        facts = waiting.get(int(row[0]))
+        entry["reason"] = explain_job(
+            status=JobStatus.queued, end_reason=None, error=None, last_reason=row[4],
+            waiting=None if facts is None else {**facts, "position": None},
+        ).summary if scope.allows(row[2]) else None
         queued.append(entry)
     counts: dict[str, int] = {str(s): 0 for s in _ACTIVE}
     by_tenant: dict[str, dict[str, int]] = {}
@@ -83,6 +107,9 @@ def cluster(session: SessionDep, scope: CurrentTenant, client: RedisDep,
         "policy": active_policy_name(session, get_settings().policy),
         "total_slots": len(workers),
         "busy_slots": counts[JobStatus.running],
+        # What the page shows: running jobs beyond the live slots (a dead
+        # worker's, until reclaimed) do not make free slots negative.
+        "free_slots": len(workers) - min(counts[JobStatus.running], len(workers)),
         "workers": sorted(workers),
         "running": [view(r) for r in running_rows],
         "queued": queued,
@@ -92,3 +119,26 @@ def cluster(session: SessionDep, scope: CurrentTenant, client: RedisDep,
         "avg_norm_loss": None if avg_norm is None else float(avg_norm),
         "scheduler": {k: json.loads(v) for k, v in raw.items()},
     }
+
+
+@router.get("/cluster/history")
+def cluster_history(
+    _scope: CurrentTenant, client: RedisDep, keys: KeysDep,
+    minutes: Annotated[float, Query(gt=0, le=KEEP_SECONDS / 60,
+                                    description="How far back to read")] = 60,
+    since: Annotated[float | None, Query(ge=0, description="Only samples after this Unix "
+                                         "time (seconds): what a page already has is not "
+                                         "sent again")] = None,
+) -> dict[str, Any]:
+    """The scheduler's per-round samples of the last ``minutes``, oldest first:
+    slots (``total``, ``busy``, ``free``), jobs ``queued`` and ``running``, and
+    the decisions since the previous sample (``granted``, ``rejected``,
+    ``reclaimed``). Aggregates over every tenant, no job names: any signed-in
+    user may read them."""
+    now = time.time()
+    start = now - minutes * 60
+    if since is not None:
+        start = max(start, since)
+    samples = read_samples(client, keys, since=start)
+    return {"now": now, "keep_seconds": KEEP_SECONDS,
+            "samples": [asdict(s) for s in samples]}

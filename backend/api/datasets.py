@@ -1,4 +1,5 @@
-"""Tenants' own datasets: upload a CSV, list, inspect, delete.
+"""Tenants' own datasets: upload a CSV (or a UTF-8 text for language models),
+list, inspect, delete.
 
 A job trains on an upload by naming it ``"upload:<id>"`` in its ``dataset``
 field. Another tenant's upload is reported as missing (404), like its jobs.
@@ -25,6 +26,7 @@ from backend.core.models import Role, UploadedDataset, as_utc
 from backend.core.upload_format import read_npz, upload_file, upload_ref
 from backend.services import uploads
 from backend.services.uploads import MAX_UPLOAD_BYTES, TASKS, UploadError
+from workers.text_data import MAX_TEXT_BYTES, MIN_TEXT_CHARS
 
 router = APIRouter(prefix="/api/v1/datasets", tags=["datasets"])
 
@@ -39,8 +41,9 @@ class DatasetPublic(BaseModel):
     name: str
     task: str
     tasks: list[str] = Field(description="Algorithm tasks this dataset can train")
-    rows: int
-    columns: int = Field(description="Feature columns (the label column not counted)")
+    rows: int = Field(description="Data rows; for a text dataset, its characters")
+    columns: int = Field(description="Feature columns (the label column not counted); for a "
+                         "text dataset, its distinct characters")
     n_classes: int
     tenant_id: int
     user_id: int
@@ -88,7 +91,8 @@ _UPLOAD_BODY: dict[str, Any] = {
                 "file": {"type": "string", "format": "binary",
                          "description": f"CSV, UTF-8, at most {MAX_UPLOAD_BYTES // 2**20} MB, "
                          f"{uploads.MAX_ROWS:,} rows, {uploads.MAX_COLUMNS} columns; "
-                         "an optional header row"},
+                         "an optional header row. For task text: a UTF-8 text file of "
+                         f"{MIN_TEXT_CHARS} characters to {MAX_TEXT_BYTES // 2**20} MB"},
                 "name": {"type": "string", "maxLength": uploads.MAX_NAME_LENGTH,
                          "description": "Unique within your tenant"},
                 "task": {"type": "string", "enum": list(TASKS)},
@@ -108,7 +112,8 @@ _UPLOAD_BODY: dict[str, Any] = {
                         415: {"description": "Not multipart/form-data"}})
 async def upload_dataset(request: Request, session: SessionDep,
                          scope: CurrentTenant) -> DatasetPublic | JSONResponse:
-    """Upload a CSV (multipart: file, name, task, optional label) as a dataset of your tenant."""
+    """Upload a CSV (multipart: file, name, task, optional label) as a dataset of your tenant;
+    with task ``text``, a UTF-8 text file for character-level language models."""
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data"):
         raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
@@ -147,6 +152,10 @@ def _create(session: SessionDep, scope: CurrentTenant, file: UploadFile, name: s
     if uploads.name_taken(session, tenant_id, clean_name):
         raise UploadError(409, f"a dataset named {clean_name!r} exists already", "name")
     file.file.seek(0)
+    if clean_task == "text":
+        return uploads.store_text_upload(session=session, text=uploads.parse_text(file.file),
+                                         name=clean_name, tenant_id=tenant_id,
+                                         user_id=scope.user.id or 0)
     parsed = uploads.parse_csv(file.file, task=clean_task, label=label)
     return uploads.store_upload(session=session, parsed=parsed, name=clean_name,
                                 tenant_id=tenant_id, user_id=scope.user.id or 0)
@@ -196,6 +205,8 @@ class DatasetPreview(BaseModel):
     total_rows: int
     columns: list[PreviewColumn] = Field(description="Features in file order, then the label")
     rows: list[list[float | int | str]] = Field(description="The first rows, one value per column")
+    text: str | None = Field(None, description="For a text dataset (no columns or rows): "
+                             "its beginning")
 
 
 def _numeric_type(values: np.ndarray) -> Literal["integer", "number"]:
@@ -216,6 +227,8 @@ def preview_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant,
     with each column's name and type. The label column's CSV header is not
     kept: it is shown as "label" (classification) or "target" (regression)."""
     row = scope.get_owned(session, UploadedDataset, dataset_id, noun="dataset")
+    if row.task == "text":
+        return _text_preview(row, dataset_id)
     try:
         arrays = read_npz(upload_file(row.path))
     except FileNotFoundError:
@@ -240,3 +253,17 @@ def preview_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant,
     table = [list(cells) for cells in zip(*values, strict=True)] if values else []
     return DatasetPreview(id=row.id or 0, name=row.name, task=row.task,
                           total_rows=int(arrays.X.shape[0]), columns=columns, rows=table)
+
+
+TEXT_PREVIEW_CHARS = 2000
+
+
+def _text_preview(row: UploadedDataset, dataset_id: int) -> DatasetPreview:
+    try:
+        with upload_file(row.path).open(encoding="utf-8") as fh:
+            head = fh.read(TEXT_PREVIEW_CHARS)
+    except FileNotFoundError:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"the file of dataset {dataset_id} "
+                            "is missing; upload it again") from None
+    return DatasetPreview(id=row.id or 0, name=row.name, task=row.task, total_rows=row.rows,
+                          columns=[], rows=[], text=head)

@@ -24,6 +24,7 @@ from backend.schemas import (
     Prediction,
 )
 from backend.services import jobs as job_service
+from backend.services.job_explanation import explain_job
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -60,6 +61,9 @@ def _public(job: Job, info: dict[int, dict[str, Any]]) -> JobPublic:
         public.queue_position = int(entry["position"])
         public.scheduler_reason = str(entry["reason"])
         public.predicted_gain = entry.get("predicted_gain")
+        public.explanation = explain_job(status=job.status, end_reason=job.end_reason,
+                                         error=job.error, last_reason=job.last_reason,
+                                         waiting=entry)
     return public
 
 

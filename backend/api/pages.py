@@ -102,3 +102,24 @@ def datasets_page(request: Request) -> Response:
 @router.get("/account")
 def account_page(request: Request) -> Response:
     return _page(request, "account")
+
+
+@router.get("/compare")
+def compare_page(request: Request) -> Response:
+    return _page(request, "compare")
+
+
+@router.get("/experiments")
+def experiments_page(request: Request) -> Response:
+    return _page(request, "experiments")
+
+
+# Before /experiments/{experiment_id}, which would otherwise read "new" as an id.
+@router.get("/experiments/new")
+def sweep_page(request: Request) -> Response:
+    return _page(request, "sweep")
+
+
+@router.get("/experiments/{experiment_id}")
+def experiment_page(request: Request, experiment_id: int) -> Response:
+    return _page(request, "experiment")

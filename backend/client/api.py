@@ -120,6 +120,22 @@ class SlaqClient:
             body["filter"] = {"status": status}
         return dict(self._request("POST", "/jobs/bulk", json=body))
 
+    # -- experiments -------------------------------------------------------
+    def submit_experiment(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Submit a sweep (see docs/experiments.md); all its jobs or none."""
+        return dict(self._request("POST", "/experiments", json=spec))
+
+    def experiment(self, experiment_id: int) -> dict[str, Any]:
+        return dict(self._request("GET", f"/experiments/{experiment_id}"))
+
+    def experiments(self, limit: int = 50, offset: int = 0) -> dict[str, Any]:
+        return dict(self._request("GET", "/experiments",
+                                  params={"limit": limit, "offset": offset}))
+
+    def experiment_action(self, experiment_id: int, action: str) -> dict[str, Any]:
+        """Cancel, pause or resume every job of the experiment."""
+        return dict(self._request("POST", f"/experiments/{experiment_id}/{action}"))
+
     def pause(self, job_id: int) -> dict[str, Any]:
         return dict(self._request("POST", f"/jobs/{job_id}/pause"))
 

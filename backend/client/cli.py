@@ -20,7 +20,7 @@ from typing import Any
 from backend.client import credentials
 from backend.client.api import SlaqClient, SlaqError
 
-COMMANDS = ("login", "submit", "status", "watch", "cancel", "upload", "datasets")
+COMMANDS = ("login", "submit", "status", "watch", "cancel", "upload", "datasets", "sweep")
 """The sub-commands this module handles (``backend.cli`` dispatches them here)."""
 
 FINISHED = ("completed", "failed", "cancelled")
@@ -68,10 +68,16 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--dataset-param", action="append", default=[], metavar="K=V")
     submit.add_argument("--max-iterations", type=int)
     submit.add_argument("--tolerance", type=_optional_float, metavar="T|none",
-                        default=argparse.SUPPRESS, help="convergence tolerance; none disables")
+                        default=argparse.SUPPRESS,
+                        help="convergence tolerance; none disables. Left out: 1e-4, but only "
+                        "without --target-loss (a target runs to it)")
     submit.add_argument("--target-loss", type=float)
     submit.add_argument("--window", type=int)
     submit.add_argument("--seed", type=int)
+    submit.add_argument("--eval-every", type=int, metavar="N",
+                        help="held-out evaluation every N iterations (0: never; default 50)")
+    submit.add_argument("--quality-metric", choices=["loss", "val_loss"],
+                        help="what scheduling and --target-loss follow (default loss)")
     submit.add_argument("--name")
 
     status = sub.add_parser("status", help="a table of your jobs, or one job in detail")
@@ -98,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     upload.add_argument("--label", help="label column name or index (default: the last)")
 
     sub.add_parser("datasets", help="your tenant's uploaded datasets")
+
+    sweep = sub.add_parser("sweep", help="submit an experiment (a sweep of configurations) "
+                                         "from a JSON spec; prints its id and job ids")
+    sweep.add_argument("spec", type=Path, help="the experiment spec (docs/experiments.md)")
+    status.add_argument("--experiment", type=int, metavar="ID",
+                        help="an experiment's jobs, best first by its objective")
     return parser
 
 
@@ -174,6 +186,10 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         spec["stopping"] = stopping
     if args.seed is not None:
         spec["seed"] = args.seed
+    if args.eval_every is not None:
+        spec["eval_every"] = args.eval_every
+    if args.quality_metric is not None:
+        spec["quality_metric"] = args.quality_metric
     if args.name is not None:
         spec["name"] = args.name
     return spec
@@ -198,6 +214,8 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
+    if getattr(args, "experiment", None) is not None:
+        return _experiment_status(args)
     with _client() as client:
         if args.job_id is not None:
             job = client.job(args.job_id)
@@ -215,11 +233,18 @@ def _status(args: argparse.Namespace) -> int:
                              f"({100 * job['progress']:.0f}%)"),
                 ("loss", f"{_fmt_loss(job['current_loss'])} (initial "
                          f"{_fmt_loss(job['initial_loss'])}, best {_fmt_loss(job['best_loss'])})"),
-                ("scheduler", job.get("scheduler_reason") or "-"),
             ]
-            if job.get("end_reason"):
-                facts.append(("ended", job["end_reason"]))
-            if job.get("error"):
+            explanation = job.get("explanation") or {}
+            if explanation.get("summary"):
+                # Plain words first; the scheduler's technical reason after it.
+                facts.append(("now", explanation["summary"]))
+                if explanation.get("detail"):
+                    facts.append(("why", explanation["detail"]))
+            else:  # a portal from before explanations
+                facts.append(("scheduler", job.get("scheduler_reason") or "-"))
+                if job.get("end_reason"):
+                    facts.append(("ended", job["end_reason"]))
+            if job.get("error") and job["error"] != explanation.get("detail"):
                 facts.append(("error", job["error"]))
             _out(_table([[k + ":", v] for k, v in facts]))
             return 0
@@ -286,8 +311,10 @@ def _watch(args: argparse.Namespace) -> int:
             if job["status"] != last_status and job["status"] not in FINISHED:
                 if tty:
                     sys.stdout.write("\n")
-                reason = f": {job['scheduler_reason']}" if job.get("scheduler_reason") else ""
-                _out(f"status {job['status']}{reason}")
+                summary = (job.get("explanation") or {}).get("summary")
+                reason = job.get("scheduler_reason")
+                _out(summary if summary else f"status {job['status']}"
+                     + (f": {reason}" if reason else ""))
             last_status = job["status"]
         drain(0.5)  # points streamed just before the job finished
         if tty:
@@ -340,8 +367,49 @@ def _datasets(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    try:
+        spec = json.loads(args.spec.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.spec}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"{args.spec} is not valid JSON: {exc}") from None
+    if not isinstance(spec, dict):
+        raise UsageError(f"{args.spec} must hold a JSON object")
+    with _client() as client:
+        experiment = client.submit_experiment(spec)
+    _out(f"experiment {experiment['id']}: {len(experiment['job_ids'])} jobs")
+    _out(" ".join(str(i) for i in experiment["job_ids"]))
+    return 0
+
+
+def _experiment_status(args: argparse.Namespace) -> int:
+    with _client() as client:
+        exp = client.experiment(args.experiment)
+    if args.json:
+        _out(json.dumps(exp, indent=2))
+        return 0
+    objective = exp["objective"]
+    _out(f"experiment {exp['id']}  {exp['name']}: {exp['status']}, objective "
+         f"{objective.get('metric')} ({objective.get('mode')}), best job "
+         f"{exp['best_job_id'] or '-'} at {_fmt_loss(exp['best_value'])}")
+    maximise = objective.get("mode") == "max"
+    jobs = sorted(exp["jobs"], key=lambda j: (j["objective_value"] is None,
+                                              (-1 if maximise else 1) * (j["objective_value"]
+                                                                         or 0.0)))
+    rows = [["ID", "STATUS", "ITER", "OBJECTIVE", "PARAMS", "NOTE"]]
+    swept = list(exp["space"])
+    for job in jobs:
+        params = ", ".join(f"{k}={job['params'].get(k)}" for k in swept)
+        rows.append([str(job["id"]), job["status"], str(job["iterations_done"]),
+                     _fmt_loss(job["objective_value"]), params,
+                     job["end_reason"] if job["stopped_early"] else ""])
+    _out(_table(rows))
+    return 0
+
+
 HANDLERS = {"login": _login, "submit": _submit, "status": _status, "watch": _watch,
-            "cancel": _cancel, "upload": _upload, "datasets": _datasets}
+            "cancel": _cancel, "upload": _upload, "datasets": _datasets, "sweep": _sweep}
 
 
 def main(argv: list[str]) -> int:

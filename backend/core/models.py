@@ -48,6 +48,9 @@ class Tenant(SQLModel, table=True):
     max_queued_jobs: int = 200
     max_iterations_per_job: int = 100_000
     share_weight: float = 1.0
+    # Uploaded trainer code runs sandboxed, but a sandbox is not a guarantee:
+    # platform admins opt tenants in (see deploy/PRODUCTION.md).
+    allow_code_uploads: bool = False
 
 
 class User(SQLModel, table=True):
@@ -105,6 +108,30 @@ class Job(SQLModel, table=True):
     error: str | None = None
     last_reason: str | None = None
     predicted_gain: float | None = None
+    eval_every: int = 50
+    """Run the trainer's held-out evaluation every this many iterations (0: never)."""
+    quality_metric: str = Field(default="loss", max_length=64)
+    """The metric the scheduler's quality signal and the stopping rules follow."""
+    last_eval: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    trainer_output: str = ""
+    """The end of a sandboxed trainer's stdout/stderr (bounded), shown with the job."""
+    experiment_id: int | None = Field(default=None, foreign_key="experiment.id", index=True)
+    """The experiment (sweep) this job is one configuration of, if any."""
+    stopped_early: bool = False
+    """Paused by its experiment's early-stopping rule (``end_reason`` says why).
+    Stays set after a resume by hand, so the rule never stops the job twice."""
+
+
+class Experiment(SQLModel, table=True):
+    """A named set of jobs generated from one search space (a sweep); the
+    spec keeps the space, sampler, objective and early-stopping rule."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", index=True)
+    user_id: int = Field(foreign_key="user.id", index=True)
+    name: str = Field(default="", max_length=200)
+    spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 class LossRecord(SQLModel, table=True):
@@ -117,6 +144,39 @@ class LossRecord(SQLModel, table=True):
     loss: float
     seconds: float
     recorded_at: datetime = Field(default_factory=utcnow)
+
+
+class MetricRecord(SQLModel, table=True):
+    """One metric value of one iteration: per-step (``split="train"``, other
+    than the loss, which stays in ``loss_point``) or held-out (``"eval"``)."""
+
+    __tablename__ = "metric_point"
+    __table_args__ = (
+        UniqueConstraint("job_id", "split", "name", "iteration", name="uq_metric_point"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="job.id")
+    split: str = Field(max_length=8)
+    name: str = Field(max_length=64)
+    iteration: int
+    value: float
+
+
+class TrainerCode(SQLModel, table=True):
+    """A tenant's uploaded trainer source; jobs name it ``code:<id>``."""
+
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_code_tenant_name"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", index=True)
+    user_id: int = Field(foreign_key="user.id")
+    name: str = Field(max_length=64)
+    filename: str = Field(max_length=255)
+    path: str
+    sha256: str = Field(max_length=64)
+    size: int
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 class Decision(SQLModel, table=True):

@@ -95,3 +95,9 @@ class RedisKeys:
         """List, newest first and capped: JSON [round ms, ms until its grants were
         dispatched, grants] of the scheduler's recent rounds (benchmarks, health)."""
         return f"{self.prefix}:scheduler:rounds"
+
+    @property
+    def cluster_history(self) -> str:
+        """Sorted set, scored by Unix time: JSON samples of slots, queue and decisions per
+        scheduling round, trimmed by age and count (:mod:`backend.core.cluster_history`)."""
+        return f"{self.prefix}:cluster:history"

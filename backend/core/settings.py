@@ -74,6 +74,25 @@ class Settings(BaseSettings):
         "comment, so proxies and browsers keep an idle job's stream open")
     demo_password: str = Field(
         "", description="The seeded demo tenant admin's first password; as ADMIN_PASSWORD")
+    sandbox_memory_mib: int = Field(
+        2048, ge=64, le=1_048_576,
+        description="Address-space limit of one sandboxed tenant trainer process (MiB)")
+    sandbox_cpu_seconds: int = Field(
+        300, ge=1, description="CPU time one sandboxed tenant trainer process may use")
+    sandbox_step_timeout_seconds: float | None = Field(
+        None, gt=0, description="How long the worker waits for one answer from tenant code "
+        "before killing it; empty means LEASE_SECONDS")
+    sandbox_max_processes: int = Field(
+        32, ge=1, le=4096, description="Processes and threads tenant code may run at once")
+    sandbox_file_mib: int = Field(
+        64, ge=1, description="Largest file tenant code may write (MiB)")
+    sandbox_work_mib: int = Field(
+        256, ge=1, description="Size of the private /work and /tmp of tenant code (MiB each)")
+    sandbox_prestart: bool = Field(
+        True, description="Keep one empty sandbox started ahead per worker process, so a "
+        "chunk of tenant code does not wait for the interpreter's imports")
+    sandbox_max_state_mib: int = Field(
+        256, ge=1, description="Largest training state tenant code may return (MiB)")
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Reverse proxies (IPs or networks, comma-separated) whose "

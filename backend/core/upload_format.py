@@ -3,7 +3,8 @@ and the workers (which read them): the ``upload:<id>`` reference a job spec
 uses, and the ``.npz`` files under ``DATA_DIR``.
 
 Files are plain ``numpy.savez`` archives of numeric and unicode arrays, read
-with ``allow_pickle=False``: nothing in an upload can execute code.
+with ``allow_pickle=False``: nothing in an upload can execute code. Text
+uploads (task ``text``) are plain UTF-8 ``.txt`` files.
 """
 
 from __future__ import annotations
@@ -61,6 +62,20 @@ def write_npz(path: Path, arrays: UploadArrays) -> None:
     try:
         with tmp.open("wb") as fh:
             np.savez(fh, **parts)  # type: ignore[arg-type]
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_file(path: Path, text: str) -> None:
+    """Write a text upload to ``path`` as UTF-8, atomically (temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(text.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(path)

@@ -2,21 +2,32 @@
 
 Each round reads only loss rows newer than the last one seen (by primary key),
 so a round with thousands of runnable jobs costs one small query.
+
+A job whose quality metric is not the training loss (``val_loss``) is
+scheduled on its evaluations instead: its history is the ``(iteration,
+value)`` series of that metric from ``metric_point`` (split ``eval``, one
+point every ``eval_every`` iterations), read the same incremental way. Each
+such point carries the job's recent measured seconds per *training*
+iteration, so chunk sizing and per-second rates mean what they mean for
+loss-scheduled jobs.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from sqlalchemy import select
 from sqlmodel import Session, col
 
-from backend.core.models import LossRecord
+from backend.core.models import LossRecord, MetricRecord
 from backend.scheduling.types import LossPoint
 
 # Points kept per job: enough for every predictor window, bounded memory.
 KEEP_POINTS = 400
+# Training iterations whose mean duration an evaluation point carries.
+TIMING_POINTS = 50
+TRAINING_LOSS = "loss"
 
 
 class HistoryCache:
@@ -26,21 +37,44 @@ class HistoryCache:
         self._first: dict[int, float] = {}
         # Bumped whenever a job's points change, so cached views know to rebuild.
         self._versions: dict[int, int] = {}
+        # Jobs scheduled on an evaluation metric: job id -> (metric, eval_every).
+        self._metric: dict[int, tuple[str, int]] = {}
+        # Their recent seconds per training iteration.
+        self._timing: dict[int, deque[float]] = {}
+        # Their progress when their series was last reloaded (one reload per chunk).
+        self._reloaded_at: dict[int, int] = {}
+        self._last_metric_id = 0
 
     def refresh(self, session: Session, progress: dict[int, int]) -> None:
         """Bring the cache up to date for the jobs in ``progress`` (job id ->
         iterations done), forgetting every other job."""
         self.update(session, progress, [j for j in self._points if j not in progress])
 
-    def update(self, session: Session, changed: dict[int, int], removed: Iterable[int]) -> None:
+    def update(self, session: Session, changed: dict[int, int], removed: Iterable[int],
+               metrics: Mapping[int, tuple[str, int]] | None = None) -> None:
         """Forget ``removed``; read loss rows newer than the last seen (by id); and
         for the jobs in ``changed`` (job id -> iterations done) seen for the first
         time, or whose cache lags their recorded progress (rows committed out of
-        id order), reload their own rows."""
+        id order), reload their own rows.
+
+        ``metrics`` names, for jobs in ``changed`` scheduled on something other
+        than the training loss, that metric and the job's ``eval_every``."""
         for job_id in removed:
-            self._points.pop(job_id, None)
-            self._versions.pop(job_id, None)
+            self._forget(job_id)
+        for job_id, metric in (metrics or {}).items():
+            if metric[0] != TRAINING_LOSS and job_id in changed:
+                self._metric[job_id] = metric
         self._pull_new_rows(session)
+        self._pull_new_metric_rows(session)
+        evaluated = {j: done for j, done in changed.items() if j in self._metric}
+        changed = {j: done for j, done in changed.items() if j not in self._metric}
+        for job_id, done in evaluated.items():
+            if done == 0 and job_id not in self._points:
+                # Never ran: nothing to read (no query per new job).
+                self._points[job_id] = deque(maxlen=KEEP_POINTS)
+                self._timing[job_id] = deque(maxlen=TIMING_POINTS)
+            elif self._lags(job_id, done):
+                self._reload_metric(session, job_id, done)
         unseen = [j for j, done in changed.items() if done == 0 and j not in self._points]
         with_rows = self._with_rows(session, unseen)
         for job_id in unseen:
@@ -51,6 +85,92 @@ class HistoryCache:
             points = self._points.get(job_id)
             if points is None or (done > 0 and (not points or points[-1].iteration < done)):
                 self._reload(session, job_id)
+
+    def _forget(self, job_id: int) -> None:
+        self._points.pop(job_id, None)
+        self._versions.pop(job_id, None)
+        self._metric.pop(job_id, None)
+        self._timing.pop(job_id, None)
+        self._reloaded_at.pop(job_id, None)
+
+    def _lags(self, job_id: int, done: int) -> bool:
+        """Whether a metric-scheduled job's cached series may miss points: never
+        loaded, or short of the evaluation its progress implies (rows committed
+        out of id order). Reloaded at most once per progress value, so a
+        trainer that evaluates off the expected iterations costs one query a
+        chunk, not one a round."""
+        points = self._points.get(job_id)
+        if points is None:
+            return True
+        if self._reloaded_at.get(job_id) == done:
+            return False
+        every = self._metric[job_id][1]
+        expected = done - done % every if every > 0 else 0
+        return expected > 0 and (not points or points[-1].iteration < expected)
+
+    def _load_timing(self, session: Session, job_id: int) -> None:
+        timing = session.execute(
+            select(col(LossRecord.seconds)).where(col(LossRecord.job_id) == job_id)
+            .order_by(col(LossRecord.iteration).desc()).limit(TIMING_POINTS)).all()
+        self._timing[job_id] = deque((float(r[0]) for r in reversed(timing)),
+                                     maxlen=TIMING_POINTS)
+
+    def _reload_metric(self, session: Session, job_id: int, done: int) -> None:
+        name = self._metric[job_id][0]
+        self._load_timing(session, job_id)
+        rows = session.execute(
+            select(col(MetricRecord.iteration), col(MetricRecord.value))
+            .where(col(MetricRecord.job_id) == job_id, col(MetricRecord.split) == "eval",
+                   col(MetricRecord.name) == name)
+            .order_by(col(MetricRecord.iteration).desc())
+            .limit(KEEP_POINTS)
+        ).all()
+        seconds = self._seconds(job_id)
+        self._points[job_id] = deque(
+            (LossPoint(int(r[0]), float(r[1]), seconds) for r in reversed(rows)),
+            maxlen=KEEP_POINTS)
+        self._reloaded_at[job_id] = done
+        self._versions[job_id] = self._versions.get(job_id, 0) + 1
+
+    def _seconds(self, job_id: int) -> float:
+        timing = self._timing.get(job_id)
+        return sum(timing) / len(timing) if timing else 0.0
+
+    def _pull_new_metric_rows(self, session: Session) -> None:
+        """Evaluation rows newer than the last seen, for metric-scheduled jobs.
+
+        With no such job nothing is read (the usual case costs no query); the
+        first one to appear re-anchors at the newest row, as its own series is
+        then reloaded whole."""
+        if not self._metric:
+            self._last_metric_id = 0
+            return
+        if not self._last_metric_id:
+            top = session.execute(
+                select(col(MetricRecord.id)).order_by(col(MetricRecord.id).desc()).limit(1)
+            ).scalar()
+            self._last_metric_id = int(top or 0) or -1
+            return
+        new_rows = session.execute(
+            select(col(MetricRecord.id), col(MetricRecord.job_id), col(MetricRecord.name),
+                   col(MetricRecord.iteration), col(MetricRecord.value))
+            .where(col(MetricRecord.id) > self._last_metric_id,
+                   col(MetricRecord.split) == "eval")
+            .order_by(col(MetricRecord.id))
+        ).all()
+        for row_id, job_id, name, iteration, value in new_rows:
+            self._last_metric_id = max(self._last_metric_id, int(row_id))
+            tracked = self._metric.get(int(job_id))
+            points = self._points.get(int(job_id))
+            if tracked is None or tracked[0] != name or points is None or \
+                    (points and points[-1].iteration >= iteration):
+                continue
+            if not self._timing.get(int(job_id)):
+                # Its first evaluation: the loss rows before it may predate
+                # this cache's first read, so its speed is read once.
+                self._load_timing(session, int(job_id))
+            points.append(LossPoint(int(iteration), float(value), self._seconds(int(job_id))))
+            self._versions[int(job_id)] = self._versions.get(int(job_id), 0) + 1
 
     @staticmethod
     def _with_rows(session: Session, job_ids: list[int]) -> set[int]:
@@ -90,6 +210,12 @@ class HistoryCache:
             self._last_id = int(top or 0)
         for row_id, job_id, iteration, loss, seconds in new_rows:
             self._last_id = max(self._last_id, int(row_id))
+            timing = self._timing.get(int(job_id))
+            if timing is not None:
+                timing.append(float(seconds))  # a metric-scheduled job's speed
+                continue
+            if int(job_id) in self._metric:
+                continue
             points = self._points.get(int(job_id))
             if points is None or (points and points[-1].iteration >= iteration):
                 continue  # not tracked, or a re-run of an iteration we have

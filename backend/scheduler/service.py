@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -26,16 +27,23 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
+from backend.core.cluster_history import HistoryRecorder
 from backend.core.fits import fit_payload, publish_fits
 from backend.core.leases import Heartbeats, Leases
 from backend.core.models import Decision, Job, JobStatus, Tenant, utcnow
 from backend.core.notify import publish_job_event
 from backend.core.portal_settings import active_policy_name
 from backend.core.redis_keys import RedisKeys
+from backend.scheduler.experiment_stopping import ExperimentStopper
 from backend.scheduler.history import HistoryCache
 from backend.scheduler.state import JobState
 from backend.scheduling.allocation import Rejected, chunk_iterations, split_grants
-from backend.scheduling.explain import explain_waiting
+from backend.scheduling.explain import (
+    MetricNamedPolicy,
+    WaitKind,
+    explain_waiting,
+    wait_estimate,
+)
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import make_policy
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
@@ -53,6 +61,8 @@ WARMUP_SHARE = 0.5
 HELD_BACK_EXPLAINED = 1000
 # Round durations kept in Redis for the cluster page and benchmarks.
 ROUNDS_KEPT = 200
+# Chunks whose wall time (dispatch to lease gone) the wait estimates average.
+CHUNK_TIMES_KEPT = 50
 
 
 class ChunkSender(Protocol):
@@ -98,6 +108,12 @@ class Scheduler:
         self._backlog: list[Grant] = []
         self._backlog_basis: tuple[str, dict[int, TenantView], int] | None = None
         self._held_back: list[int] = []
+        self.recorder = HistoryRecorder(client, keys)
+        self.stopper = ExperimentStopper(client, keys)
+        # Dispatch times of chunks in flight, and the wall times of recent
+        # chunks: what "starts in about N s" is estimated from.
+        self._dispatched_at: dict[int, float] = {}
+        self._chunk_times: deque[float] = deque(maxlen=CHUNK_TIMES_KEPT)
 
     def stand_by(self) -> None:
         """Drop the in-memory state while another scheduler grants: events would
@@ -108,9 +124,12 @@ class Scheduler:
             self._backlog = []
 
     def policy(self, name: str) -> Policy:
-        # One instance across rounds, so a policy may memoise its fits.
+        # One instance across rounds, so a policy may memoise its fits. Its
+        # reasons name the metric of jobs scheduled on val_loss; the state is
+        # looked up per grant, as stand_by replaces it.
         if self._policy is None or self._policy.name != name:
-            self._policy = make_policy(name)
+            self._policy = MetricNamedPolicy(make_policy(name),
+                                             lambda job_id: self.state.metric(job_id))
         return self._policy
 
     @property
@@ -128,7 +147,12 @@ class Scheduler:
             claims = self.leases.claimed_slots()
             alive = set(self.heartbeats.alive())
             reclaimed = self._reclaim_lost(session, live, claims, alive)
+            self._note_finished_chunks(live)
             for job_id in reclaimed:
+                self.state.mark_dirty(job_id)
+            # Experiments' early-stopping rules pause hopeless configurations
+            # before the policy ranks them.
+            for job_id in self.stopper.run(session):
                 self.state.mark_dirty(job_id)
             self.state.sync(session, live)
             tenant_rows = session.execute(select(col(Tenant.id), col(Tenant.max_slots),
@@ -169,6 +193,11 @@ class Scheduler:
             if self.may_grant():
                 self._publish_status(name, slots, free, len(self.state.rows), dispatched,
                                      granted_ms, (time.perf_counter() - began) * 1000)
+                rows = self.state.rows
+                self.recorder.round_done(
+                    total=slots, running=len(live) + len(dispatched),
+                    queued=lambda: sum(1 for r in rows.values() if r.status == JobStatus.queued),
+                    granted=len(dispatched), rejected=len(rejected), reclaimed=len(reclaimed))
             self._publish_fits(policy, snapshot)
         return RoundResult(name, slots, free, len(self.state.rows), dispatched, reclaimed,
                            rejected)
@@ -320,12 +349,26 @@ class Scheduler:
             predicted_gain=grant.predicted_gain, created_at=now))
         session.commit()
         self.state.dispatched(grant.job_id, seq)
+        self._dispatched_at[grant.job_id] = time.monotonic()
         # Lease before message: a worker only runs a chunk whose lease it sees.
         self.leases.acquire(grant.job_id, seq, self.lease_seconds)
         self.send(grant.job_id, seq, grant.iterations)
         publish_job_event(self.redis, self.keys, job_id=grant.job_id, tenant_id=row.tenant_id,
                           status=JobStatus.running, reason=grant.reason)
         return True
+
+    def _note_finished_chunks(self, live: set[int]) -> None:
+        """Time the chunks whose lease is gone since they were dispatched."""
+        now = time.monotonic()
+        for job_id in [j for j in self._dispatched_at if j not in live]:
+            self._chunk_times.append(now - self._dispatched_at.pop(job_id))
+
+    def chunk_seconds_recent(self) -> float | None:
+        """Mean wall time of the recent chunks (dispatch to done); ``None``
+        before any chunk finished under this scheduler."""
+        if not self._chunk_times:
+            return None
+        return sum(self._chunk_times) / len(self._chunk_times)
 
     def _explain(self, policy: Policy, snapshot: Snapshot, granted: set[int]) -> None:
         """Publish why jobs wait (and, for new jobs not yet admitted, their turn).
@@ -339,10 +382,25 @@ class Scheduler:
             return
         self._explained_at = now
         waiting = explain_waiting(policy, snapshot)
+        chunk = self.chunk_seconds_recent()
+
+        def estimate(kind: str, position: int, ahead_in_tenant: int, quota: int,
+                     ahead: int) -> float | None:
+            found = wait_estimate(kind=kind, position=position, free_slots=snapshot.free_slots,
+                                  total_slots=snapshot.total_slots,
+                                  ahead_in_tenant=ahead_in_tenant, quota=quota,
+                                  chunk_seconds=chunk, ahead=ahead, policy=policy.name)
+            return None if found is None else round(found, 1)
+
         # dict[Any, Any]: redis-py's stubs want a Mapping over its own key union.
         entries: dict[Any, Any] = {
-            str(job_id): json.dumps({"position": why.position, "reason": why.reason,
-                                     "predicted_gain": why.predicted_gain})
+            str(job_id): json.dumps({
+                "position": why.position, "reason": why.reason,
+                "predicted_gain": why.predicted_gain, "kind": why.kind, "policy": policy.name,
+                "ahead": why.ahead, "ahead_in_tenant": why.ahead_in_tenant, "quota": why.quota,
+                "detail": why.policy_reason,
+                "estimate_seconds": estimate(why.kind, why.position, why.ahead_in_tenant,
+                                             why.quota, why.ahead)})
             for job_id, why in waiting.items() if job_id not in granted
         }
         ahead = len(entries)
@@ -351,17 +409,25 @@ class Scheduler:
             row = self.state.rows.get(job_id)
             quota = snapshot.tenant(row.tenant_id).max_slots if row else 1
             if quota == 0:
+                kind = WaitKind.QUOTA_ZERO
                 reason = ("your team's slot quota is 0: no job of it runs until an admin "
                           "raises the quota")
             elif row is not None and running.get(row.tenant_id, 0) >= quota:
+                kind = WaitKind.QUOTA
                 reason = (f"your team is using all {quota} of its slots (its quota); new "
                           f"job, {number - 1} new jobs ahead of it")
             else:
+                kind = WaitKind.NEW
                 reason = (f"new job waiting to start: {number - 1} new jobs ahead of it; new "
                           f"jobs get their first chunk as slots free up (at most "
                           f"{WARMUP_SHARE:.0%} of the slots while others wait)")
-            entries[str(job_id)] = json.dumps({"position": ahead + number,
-                                               "predicted_gain": None, "reason": reason})
+            entries[str(job_id)] = json.dumps({
+                "position": ahead + number, "predicted_gain": None, "reason": reason,
+                "kind": kind, "policy": policy.name, "ahead_in_tenant": number - 1,
+                "quota": quota, "detail": reason,
+                "ahead": ahead + number - 1,
+                "estimate_seconds": estimate(kind, ahead + number, number - 1, quota,
+                                             ahead + number - 1)})
         try:
             pipe = self.redis.pipeline()
             pipe.delete(self.keys.waiting)

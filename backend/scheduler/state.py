@@ -36,7 +36,7 @@ from sqlmodel import Session, col
 
 from backend.core.models import Job, JobStatus, as_utc
 from backend.core.redis_keys import RedisKeys
-from backend.scheduler.history import HistoryCache
+from backend.scheduler.history import TRAINING_LOSS, HistoryCache
 from backend.scheduling.types import JobView
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,8 @@ RUNNABLE = (JobStatus.queued, JobStatus.running)
 _COLUMNS = (col(Job.id), col(Job.tenant_id), col(Job.status), col(Job.created_at),
             col(Job.waiting_since), col(Job.checkpoint_iteration), col(Job.max_iterations),
             col(Job.attained_seconds), col(Job.chunks_run), col(Job.initial_loss),
-            col(Job.chunk_seq), col(Job.algorithm), col(Job.dataset))
+            col(Job.chunk_seq), col(Job.algorithm), col(Job.dataset), col(Job.quality_metric),
+            col(Job.eval_every))
 
 # A seconds-per-iteration estimate moves this far towards each new measurement.
 _ESTIMATE_WEIGHT = 0.3
@@ -73,13 +74,15 @@ class JobRow:
     chunk_seq: int
     algorithm: str
     dataset: str
+    quality_metric: str = TRAINING_LOSS
+    eval_every: int = 0
 
     @classmethod
     def of(cls, row: Any) -> JobRow:
         return cls(int(row[0]), int(row[1]), str(row[2]), _epoch(row[3]), _epoch(row[4]),
                    int(row[5]), int(row[6]), float(row[7]), int(row[8]),
                    None if row[9] is None else float(row[9]), int(row[10]), str(row[11]),
-                   str(row[12]))
+                   str(row[12]), str(row[13] or TRAINING_LOSS), int(row[14] or 0))
 
     @property
     def kind(self) -> tuple[str, str]:
@@ -195,8 +198,10 @@ class JobState:
         if self.rows:
             self._max_id = max(self._max_id, max(self.rows))
         gone = [j for j in before if j not in self.rows]
-        self.history.update(session, {j: self.rows[j].iterations_done for j in changed
-                                      if j in self.rows}, gone)
+        progress = {j: self.rows[j].iterations_done for j in changed if j in self.rows}
+        self.history.update(session, progress, gone, {
+            j: (self.rows[j].quality_metric, self.rows[j].eval_every) for j in progress
+            if self.rows[j].quality_metric != TRAINING_LOSS})
         for job_id in gone:
             self._views.pop(job_id, None)
 
@@ -322,6 +327,11 @@ class JobState:
             self._put(JobRow(**{**row.__dict__, "status": JobStatus.running,
                                 "chunk_seq": chunk_seq}))
 
+    def metric(self, job_id: int) -> str:
+        """The metric ``job_id`` is scheduled on (``loss`` for jobs not known)."""
+        row = self.rows.get(job_id)
+        return row.quality_metric if row is not None else TRAINING_LOSS
+
     # -- views ---------------------------------------------------------------
 
     def estimate(self, kind: tuple[str, str]) -> float | None:
@@ -354,7 +364,9 @@ class JobState:
             attained_seconds=row.attained_seconds,
             waiting_since=row.waiting_since,
             chunks_run=row.chunks_run,
-            initial_loss=row.initial_loss,
+            # A job scheduled on an evaluation metric starts from its first
+            # evaluation, not from its first training loss (other units).
+            initial_loss=row.initial_loss if row.quality_metric == TRAINING_LOSS else None,
             estimated_seconds_per_iteration=self.estimates.get(row.kind),
         )
         self._views[job_id] = (key, view)

@@ -7,10 +7,20 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlmodel import Session, col
 
-from backend.core.models import Job, JobStatus, LossRecord, Tenant, User, as_utc, utcnow
+from backend.core.models import (
+    Experiment,
+    Job,
+    JobStatus,
+    LossRecord,
+    Tenant,
+    User,
+    as_utc,
+    utcnow,
+)
 from backend.core.settings import get_settings
 from backend.schemas import JobCreate, JobPublic, LossHistory, StoppingRule
-from backend.services.quotas import check_submission, lock_tenant
+from backend.services.job_explanation import explain_job
+from backend.services.quotas import QuotaExceeded, check_submission, lock_tenant
 from backend.services.specs import SpecError, SpecErrors, validate_job_spec
 
 
@@ -32,14 +42,43 @@ def _transition_values(target: str) -> dict[str, Any]:
 def create_job(*, session: Session, job_in: JobCreate, user: User, tenant: Tenant) -> Job:
     """Check ``job_in`` against the catalogues, the iteration limit and the
     tenant's quotas, and insert it as queued; raises SpecErrors or QuotaExceeded."""
-    _check_iteration_limit(job_in=job_in, tenant=tenant)
-    params, dataset_params = validate_job_spec(
-        algorithm=job_in.algorithm, dataset=job_in.dataset, params=job_in.params,
-        dataset_params=job_in.dataset_params, tenant_id=tenant.id or 0, session=session,
-    )
+    return admit_jobs(session=session, jobs_in=[job_in], user=user, tenant=tenant)[0]
+
+
+def admit_jobs(*, session: Session, jobs_in: list[JobCreate], user: User, tenant: Tenant,
+               experiment: Experiment | None = None) -> list[Job]:
+    """Check every spec, then insert all of them as queued in one transaction,
+    or none: the quota check counts them together. With ``experiment``, it is
+    inserted too and the jobs belong to it. Errors of the i-th of several specs
+    are located under ``configurations.i``."""
+    checked: list[tuple[JobCreate, int, dict[str, Any], dict[str, Any]]] = []
+    errors: list[SpecError] = []
+    for index, job_in in enumerate(jobs_in):
+        try:
+            _check_iteration_limit(job_in=job_in, tenant=tenant)
+            eval_every = _eval_every(job_in)
+            params, dataset_params = validate_job_spec(
+                algorithm=job_in.algorithm, dataset=job_in.dataset, params=job_in.params,
+                dataset_params=job_in.dataset_params, tenant_id=tenant.id or 0,
+                session=session,
+            )
+        except SpecErrors as exc:
+            where: list[str | int] = ["configurations", index] if len(jobs_in) > 1 else []
+            errors.extend(SpecError([*where, *e.loc], e.message) for e in exc.errors)
+            continue
+        checked.append((job_in, eval_every, params, dataset_params))
+    if errors:
+        raise SpecErrors(errors)
     lock_tenant(session=session, tenant_id=tenant.id or 0)
-    check_submission(session=session, tenant=tenant)
-    job = Job(
+    try:
+        check_submission(session=session, tenant=tenant, count=len(checked))
+    except QuotaExceeded:
+        session.rollback()
+        raise
+    if experiment is not None:
+        session.add(experiment)
+        session.flush()
+    jobs = [Job(
         tenant_id=tenant.id or 0,
         user_id=user.id or 0,
         name=job_in.name or f"{job_in.algorithm} on {job_in.dataset}",
@@ -52,12 +91,16 @@ def create_job(*, session: Session, job_in: JobCreate, user: User, tenant: Tenan
         target_loss=job_in.stopping.target_loss,
         tolerance=job_in.stopping.tolerance,
         convergence_window=job_in.stopping.window,
+        eval_every=eval_every,
+        quality_metric=job_in.quality_metric,
         status=JobStatus.queued,
-    )
-    session.add(job)
+        experiment_id=experiment.id if experiment is not None else None,
+    ) for job_in, eval_every, params, dataset_params in checked]
+    session.add_all(jobs)
     session.commit()
-    session.refresh(job)
-    return job
+    for job in jobs:
+        session.refresh(job)
+    return jobs
 
 
 def _check_iteration_limit(*, job_in: JobCreate, tenant: Tenant) -> None:
@@ -67,6 +110,26 @@ def _check_iteration_limit(*, job_in: JobCreate, tenant: Tenant) -> None:
         raise SpecErrors([SpecError(["stopping", "max_iterations"],
                                     f"max_iterations {asked} is over the limit of {limit} "
                                     f"for tenant {tenant.name}")])
+
+
+def _eval_every(job_in: JobCreate) -> int:
+    """The job's evaluation period. An explicit one must let the job evaluate
+    at least once; the default is shortened to a short job's length. A job
+    scheduled on ``val_loss`` must evaluate at all."""
+    every, most = job_in.eval_every, job_in.stopping.max_iterations
+    if "eval_every" not in job_in.model_fields_set:
+        every = min(every, most)
+    elif every > most:
+        raise SpecErrors([SpecError(["eval_every"],
+                                    f"eval_every {every} is more than stopping.max_iterations "
+                                    f"{most}: the job would never evaluate; use at most {most}, "
+                                    f"or 0 to turn evaluation off")])
+    if job_in.quality_metric == "val_loss" and every == 0:
+        raise SpecErrors([SpecError(["quality_metric"],
+                                    "quality_metric 'val_loss' needs evaluations, but eval_every "
+                                    "is 0 (never evaluate): set eval_every to a positive number "
+                                    "of iterations, or use quality_metric 'loss'")])
+    return every
 
 
 _TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -127,7 +190,27 @@ def to_public(job: Job) -> JobPublic:
         error=job.error,
         scheduler_reason=job.last_reason,
         predicted_gain=job.predicted_gain,
+        eval_every=job.eval_every,
+        quality_metric=job.quality_metric,
+        last_eval=last_eval_metrics(job),
+        last_eval_iteration=last_eval_iteration(job),
+        explanation=explain_job(status=job.status, end_reason=job.end_reason, error=job.error,
+                                last_reason=job.last_reason, waiting=None),
+        experiment_id=job.experiment_id,
+        stopped_early=job.stopped_early,
+        trainer_output=job.trainer_output,
     )
+
+
+def last_eval_metrics(job: Job) -> dict[str, float]:
+    """The latest evaluation's metrics (the stored dict less its iteration)."""
+    return {str(k): float(v) for k, v in (job.last_eval or {}).items()
+            if k != "iteration" and isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def last_eval_iteration(job: Job) -> int | None:
+    found = (job.last_eval or {}).get("iteration")
+    return int(found) if isinstance(found, int | float) and not isinstance(found, bool) else None
 
 
 def loss_history(*, session: Session, job_id: int, max_points: int) -> LossHistory:
@@ -148,12 +231,14 @@ def loss_history(*, session: Session, job_id: int, max_points: int) -> LossHisto
     losses = [float(r[1]) for r in rows]
     downsampled = len(rows) > max_points
     if downsampled:
-        iterations, losses = _downsample(iterations, losses, max_points)
+        iterations, losses = downsample(iterations, losses, max_points)
     return LossHistory(job_id=job_id, total_points=int(total), downsampled=downsampled,
                        iterations=iterations, losses=losses)
 
 
-def _downsample(its: list[int], losses: list[float], n: int) -> tuple[list[int], list[float]]:
+def downsample(its: list[int], losses: list[float], n: int) -> tuple[list[int], list[float]]:
+    """About ``n`` of the points ``(its, losses)``: the first, the last, and the
+    lowest value of each bucket between them."""
     n = max(n, 3)
     buckets = n - 2
     inner = range(1, len(its) - 1)

@@ -61,11 +61,13 @@ def lock_tenant(*, session: Session, tenant_id: int) -> None:
                     .values(max_slots=Tenant.max_slots))
 
 
-def check_submission(*, session: Session, tenant: Tenant) -> None:
-    """Raise QuotaExceeded if one more queued job would break a quota.
+def check_submission(*, session: Session, tenant: Tenant, count: int = 1) -> None:
+    """Raise QuotaExceeded if ``count`` more queued jobs would break a quota.
     Call after :func:`lock_tenant`, in the same transaction as the insert."""
     session.refresh(tenant)  # an admin may have just changed the quotas
     usage = tenant_usage(session=session, tenant_id=tenant.id or 0)
+    if count > 1:
+        _check_many(tenant, usage, count)
     if usage.active_jobs >= tenant.max_active_jobs:
         raise QuotaExceeded("max_active_jobs", tenant.max_active_jobs, usage.active_jobs,
                             f"quota max_active_jobs reached: tenant {tenant.name} has "
@@ -75,3 +77,14 @@ def check_submission(*, session: Session, tenant: Tenant) -> None:
         raise QuotaExceeded("max_queued_jobs", tenant.max_queued_jobs, usage.queued_jobs,
                             f"quota max_queued_jobs reached: tenant {tenant.name} has "
                             f"{usage.queued_jobs} of {tenant.max_queued_jobs} jobs waiting")
+
+
+def _check_many(tenant: Tenant, usage: Usage, count: int) -> None:
+    # A sweep is admitted whole or not at all: say how many of its jobs fit.
+    for quota, limit, used in (("max_active_jobs", tenant.max_active_jobs, usage.active_jobs),
+                               ("max_queued_jobs", tenant.max_queued_jobs, usage.queued_jobs)):
+        if used + count > limit:
+            raise QuotaExceeded(quota, limit, used,
+                                f"quota {quota} would be exceeded: this submission adds "
+                                f"{count} jobs, tenant {tenant.name} has {used} of {limit}, "
+                                f"so only {max(limit - used, 0)} more fit; nothing was created")

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from backend.core.code_refs import is_code_ref, parse_code_ref
+from backend.core.models import Tenant, TrainerCode
 from backend.core.upload_format import is_upload_ref, parse_upload_ref
-from workers.algorithms import ALGORITHMS
 from workers.algorithms.params import ParamSpec
 from workers.datasets import DATASETS
+from workers.trainers.params_schema import ParamsError
+from workers.trainers.params_schema import validate_params as validate_trainer_params
+from workers.trainers.registry import trainers
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -63,6 +68,58 @@ class SpecErrors(ValueError):
         self.errors = errors
 
 
+@dataclass(frozen=True)
+class _Algorithm:
+    """What admission needs of an algorithm: its tasks and how to check its params."""
+
+    name: str
+    tasks: tuple[str, ...]
+    check: Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+def _find_algorithm(algorithm: str, tenant_id: int, session: Session,
+                    errors: list[SpecError]) -> _Algorithm | None:
+    if is_code_ref(algorithm):
+        return _find_code(algorithm, tenant_id, session, errors)
+    cls = trainers().get(algorithm)
+    if cls is None:
+        errors.append(SpecError(["algorithm"], f"unknown algorithm {algorithm!r}; choose one of "
+                                f"{', '.join(sorted(trainers()))}, or code:<id> for your "
+                                "uploaded trainer code"))
+        return None
+
+    def check(raw: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return validate_trainer_params(cls.Params, raw, f"algorithm {algorithm}").model_dump()
+        except ParamsError as exc:
+            raise SpecErrors([SpecError(["params", field] if field else ["params"], message)
+                              for field, message in exc.problems]) from None
+
+    return _Algorithm(algorithm, tuple(cls.tasks), check)
+
+
+def _find_code(algorithm: str, tenant_id: int, session: Session,
+               errors: list[SpecError]) -> _Algorithm | None:
+    code_id = parse_code_ref(algorithm)
+    row = session.get(TrainerCode, code_id) if code_id is not None else None
+    if row is None or row.tenant_id != tenant_id:
+        errors.append(SpecError(["algorithm"], f"{algorithm!r}: no such uploaded trainer code; "
+                                "see GET /api/v1/code"))
+        return None
+    tenant = session.get(Tenant, tenant_id)
+    if tenant is None or not tenant.allow_code_uploads:
+        errors.append(SpecError(["algorithm"], "your tenant may not run uploaded code; "
+                                "a platform admin can allow it"))
+        return None
+
+    def check(raw: Mapping[str, Any]) -> dict[str, Any]:
+        # The code's own Params model checks these inside the sandbox when the
+        # job starts: importing tenant code here would run it in the portal.
+        return dict(raw)
+
+    return _Algorithm(algorithm, ("classification", "regression", "clustering", "text"), check)
+
+
 def validate_job_spec(
     *, algorithm: str, dataset: str, params: Mapping[str, Any],
     dataset_params: Mapping[str, Any], tenant_id: int, session: Session,
@@ -72,12 +129,9 @@ def validate_job_spec(
     ``dataset`` may name an upload of tenant ``tenant_id`` as ``upload:<id>``.
     """
     errors: list[SpecError] = []
-    algo = ALGORITHMS.get(algorithm)
-    if algo is None:
-        errors.append(SpecError(["algorithm"], f"unknown algorithm {algorithm!r}; choose one of "
-                                f"{', '.join(sorted(ALGORITHMS))}"))
+    algo = _find_algorithm(algorithm, tenant_id, session, errors)
     if is_upload_ref(dataset):
-        return _validate_upload_spec(algorithm=algorithm, dataset=dataset, params=params,
+        return _validate_upload_spec(algo=algo, dataset=dataset, params=params,
                                      dataset_params=dataset_params, errors=errors,
                                      tenant_id=tenant_id, session=session)
     data = DATASETS.get(dataset)
@@ -93,21 +147,21 @@ def validate_job_spec(
             f"{dataset} is for {' or '.join(data.tasks)}"))])
     clean_params: dict[str, Any] = {}
     clean_data: dict[str, Any] = {}
-    for target, specs, raw, loc in (
-        (clean_params, algo.params, params, "params"),
-        (clean_data, data.params, dataset_params, "dataset_params"),
-    ):
-        try:
-            target.update(validate_params(specs, raw, loc=[loc]))
-        except SpecErrors as exc:
-            errors.extend(exc.errors)
+    try:
+        clean_params = algo.check(params)
+    except SpecErrors as exc:
+        errors.extend(exc.errors)
+    try:
+        clean_data = validate_params(data.params, dataset_params, loc=["dataset_params"])
+    except SpecErrors as exc:
+        errors.extend(exc.errors)
     if errors:
         raise SpecErrors(errors)
     return clean_params, clean_data
 
 
 def _validate_upload_spec(
-    *, algorithm: str, dataset: str, params: Mapping[str, Any],
+    *, algo: _Algorithm | None, dataset: str, params: Mapping[str, Any],
     dataset_params: Mapping[str, Any], errors: list[SpecError], tenant_id: int,
     session: Session,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -125,10 +179,9 @@ def _validate_upload_spec(
                                     "see GET /api/v1/datasets"))
         else:
             tasks = upload_tasks(row.task)
-    algo = ALGORITHMS.get(algorithm)
     if algo is not None and tasks and not set(algo.tasks) & set(tasks):
         errors.append(SpecError(["dataset"], (
-            f"{algorithm} needs a {' or '.join(algo.tasks)} dataset; "
+            f"{algo.name} needs a {' or '.join(algo.tasks)} dataset; "
             f"{dataset} is for {' or '.join(tasks)}")))
     for name in dataset_params:
         errors.append(SpecError(["dataset_params", name],
@@ -136,7 +189,7 @@ def _validate_upload_spec(
     clean_params: dict[str, Any] = {}
     if algo is not None:
         try:
-            clean_params = validate_params(algo.params, params, loc=["params"])
+            clean_params = algo.check(params)
         except SpecErrors as exc:
             errors.extend(exc.errors)
     if errors:

@@ -5,6 +5,11 @@ into numeric arrays (refusing anything it would have to guess about, with the
 row and column named), :func:`store_upload` writes the arrays as an ``.npz``
 under ``DATA_DIR/uploads/<tenant id>/`` and inserts the ``UploadedDataset``
 row, and jobs refer to it as ``"upload:<id>"`` (see :mod:`workers.uploaded`).
+
+A UTF-8 ``.txt`` file uploaded with task ``text`` (for language models) is
+checked by :func:`workers.text_data.clean_text` and stored as a ``.txt`` file
+by :func:`store_text_upload`; its row counts characters (``rows``) and
+distinct characters (``columns``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from sqlmodel import Session
 
 from backend.core.models import FINISHED, Job, UploadedDataset
 from backend.core.settings import get_settings
-from backend.core.upload_format import UploadArrays, upload_ref, write_npz
+from backend.core.upload_format import UploadArrays, upload_ref, write_npz, write_text_file
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 """Largest accepted request body for an upload (the CSV plus form overhead)."""
@@ -43,10 +48,11 @@ MAX_CLASSES = 1000
 """Most distinct labels for classification; more is almost surely a regression target."""
 MAX_NAME_LENGTH = 64
 """Longest dataset name (the database column's width)."""
-TASKS = ("classification", "regression", "clustering")
-"""What an uploaded dataset can be for."""
+TASKS = ("classification", "regression", "clustering", "text")
+"""What an uploaded dataset can be for (text: a .txt file for language models)."""
 
 UploadTask = Literal["classification", "regression", "clustering"]
+TextTask = Literal["text"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")
 _BLOCK = 4096  # rows converted to numpy at a time
 
@@ -79,8 +85,10 @@ def check_name(name: str) -> str:
     return clean
 
 
-def check_task(task: str) -> UploadTask:
+def check_task(task: str) -> UploadTask | TextTask:
     clean = task.strip().lower()
+    if clean == "text":
+        return "text"
     if clean == "classification":
         return "classification"
     if clean == "regression":
@@ -358,6 +366,35 @@ def store_upload(*, session: Session, parsed: ParsedCsv, name: str, tenant_id: i
     row = UploadedDataset(tenant_id=tenant_id, user_id=user_id, name=name, task=parsed.task,
                           rows=parsed.rows, columns=parsed.columns, n_classes=parsed.n_classes,
                           path=relative.as_posix())
+    return _insert(session, row, target, name)
+
+
+def parse_text(stream: IO[bytes]) -> str:
+    """An uploaded text file, decoded and checked (see :func:`workers.text_data.clean_text`)."""
+    from workers.text_data import MAX_TEXT_BYTES, clean_text
+
+    try:
+        # One byte past the limit is enough for clean_text to refuse it.
+        return clean_text(stream.read(MAX_TEXT_BYTES + 1))
+    except ValueError as exc:
+        raise _invalid("file", str(exc)) from None
+
+
+def store_text_upload(*, session: Session, text: str, name: str, tenant_id: int,
+                      user_id: int) -> UploadedDataset:
+    """Write a checked text as UTF-8 and insert its row (task ``text``: ``rows``
+    counts characters, ``columns`` distinct characters); 409 on a name clash."""
+    relative = Path("uploads") / str(tenant_id) / f"{uuid.uuid4().hex}.txt"
+    target = get_settings().data_dir / relative
+    write_text_file(target, text)
+    row = UploadedDataset(tenant_id=tenant_id, user_id=user_id, name=name, task="text",
+                          rows=len(text), columns=len(set(text)), n_classes=0,
+                          path=relative.as_posix())
+    return _insert(session, row, target, name)
+
+
+def _insert(session: Session, row: UploadedDataset, target: Path, name: str) -> UploadedDataset:
+    """Insert an upload's row whose file is written; removes the file if that fails."""
     session.add(row)
     try:
         session.commit()
@@ -410,5 +447,7 @@ def upload_tasks(task: str) -> tuple[str, ...]:
         return ("classification", "clustering")
     if task == "regression":
         return ("regression", "clustering")
+    if task == "text":
+        return ("text",)
     return ("clustering",)
 

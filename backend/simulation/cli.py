@@ -21,6 +21,8 @@ from backend.scheduling.workload import generate_workload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STANDARD_TRACE = REPO_ROOT / "data" / "traces" / "standard.json"
+TORCH_TRACE = REPO_ROOT / "data" / "traces" / "torch.json"
+"""Deep-learning curves of the PyTorch trainers (``slaq record-trace --preset torch``)."""
 SIM_POLICIES = ("fifo", "fair", "las", "slaq-classic", "slaq", "oracle")
 """Default comparison order: baselines first, oracle last."""
 
@@ -100,12 +102,19 @@ def record_trace_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="slaq record-trace",
         description="Run the portal's algorithms to convergence and save their loss curves.")
-    parser.add_argument("--out", type=Path, default=STANDARD_TRACE, help="trace file to write")
-    parser.add_argument("--preset", choices=["standard", "small"], default="standard",
-                        help="which set of runs (small: the golden-test trace)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="trace file to write (default: data/traces/standard.json, or "
+                        "torch.json for --preset torch)")
+    parser.add_argument("--preset", choices=["standard", "small", "torch"], default="standard",
+                        help="which set of runs (small: the golden-test trace; torch: the "
+                        "PyTorch trainers, needs the torch extra)")
     parser.add_argument("--only", action="append", default=[],
                         help="keep runs whose id contains this text (repeatable)")
     args = parser.parse_args(argv)
+    if args.preset == "torch":
+        return _record_torch(parser, args)
+    if args.out is None:
+        args.out = STANDARD_TRACE
     from backend.simulation.record import SMALL_RUNS, STANDARD_RUNS, record_trace
 
     runs = STANDARD_RUNS if args.preset == "standard" else SMALL_RUNS
@@ -125,6 +134,25 @@ def record_trace_main(argv: list[str]) -> int:
     save_trace(trace, args.out)
     print(f"wrote {len(trace.curves)} curves to {args.out} "
           f"({args.out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+def _record_torch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    try:
+        from backend.simulation.record_torch import TORCH_RUNS, record_torch_trace
+    except ImportError as exc:
+        parser.error(f"the torch preset needs the torch extra (pip install '.[torch]'): {exc}")
+    runs = tuple(r for r in TORCH_RUNS
+                 if not args.only or any(text in r.curve_id for text in args.only))
+    if not runs:
+        parser.error("no runs selected")
+    out: Path = args.out or TORCH_TRACE
+    trace = record_torch_trace(runs, progress=lambda c: print(
+        f"{c.id}: {c.iterations} iterations, {c.total_seconds:.1f}s ({c.stop_reason})",
+        flush=True))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_trace(trace, out)
+    print(f"wrote {len(trace.curves)} curves to {out} ({out.stat().st_size / 1e6:.2f} MB)")
     return 0
 
 

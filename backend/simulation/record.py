@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.scheduling.trace import Trace, TraceCurve
-from workers.algorithms import make_trainer, restore_trainer
 from workers.datasets import load_dataset
 from workers.iterations import Iterations, run_iterations
 from workers.stopping import StopRule
+from workers.trainers.registry import make_trainer, restore_trainer
 
 DISPATCH_SECONDS = 0.02
 """Assumed scheduler->broker->worker->report latency per chunk (Redis on localhost)."""
@@ -130,7 +130,7 @@ def record_curve(spec: RunSpec, *, overhead_samples: int = 5) -> TraceCurve:
 def _checkpoint_seconds(trainer: Any, spec: RunSpec, dataset: Any) -> float:
     """Seconds to save and restore the trainer, as a worker does around a chunk."""
     started = time.perf_counter()
-    data = trainer.state_bytes()
+    data = trainer.state()
     restore_trainer(spec.algorithm, data, dataset, spec.params, spec.seed)
     return time.perf_counter() - started
 

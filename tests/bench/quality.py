@@ -5,8 +5,9 @@
         [--procs 2] [--report quality.html] [--json-out quality.json]
 
 Traces: ``standard`` (``data/traces/standard.json``, the portal's own
-trainers) and ``synthetic:<seed>`` (:mod:`backend.scheduling.synthetic`:
-power-law, exponential, plateau, step-LR, noisy, stall and diverging curves,
+trainers), ``torch`` (``data/traces/torch.json``, the PyTorch trainers) and
+``synthetic:<seed>`` (:mod:`backend.scheduling.synthetic`: power-law,
+exponential, plateau, step-LR, noisy, stall and diverging curves,
 loss scales 1e-2..1e4). Policies were tuned on synthetic seed 0 and workload
 seeds 0-2; report on synthetic seed 1 and workload seeds 3-5 (held out).
 
@@ -35,7 +36,7 @@ from backend.scheduling.simulator import SimConfig, SimResult, build_policy, sim
 from backend.scheduling.synthetic import shape_of, synthetic_trace
 from backend.scheduling.trace import Trace, load_trace
 from backend.scheduling.workload import generate_workload
-from backend.simulation.cli import STANDARD_TRACE
+from backend.simulation.cli import STANDARD_TRACE, TORCH_TRACE
 
 SLOTS = (2, 4)
 LOADS = (1.2, 2.0)
@@ -51,6 +52,8 @@ Cell = tuple[str, int, float, float]  # trace, slots, load, chunk seconds
 def get_trace(name: str) -> Trace:
     if name == "standard":
         return load_trace(STANDARD_TRACE)
+    if name == "torch":
+        return load_trace(TORCH_TRACE)
     if name.startswith("synthetic:"):
         return synthetic_trace(seed=int(name.split(":", 1)[1]))
     return load_trace(name)

@@ -38,13 +38,17 @@ def test_admin_lowers_a_quota_and_a_submission_over_it_is_refused(
 
     active.fill("0")
     page.get_by_label("Share weight").fill("1")
+    expect(row).to_contain_text("off")
+    page.get_by_label("Allow uploaded trainer code").check()
     page.get_by_role("button", name="Save quotas").click()
     expect(page.locator("#tenants-message")).to_contain_text("Saved the quotas of quota-team")
     expect(row).to_contain_text("of 0")
+    expect(row).to_contain_text("allowed")
     expect(page.locator("#audit")).to_contain_text("tenant.quotas")
     with api_client(browser_portal, admin) as api:
         tenants = {t["name"]: t for t in api.get("/api/v1/admin/tenants").json()}
     assert tenants["quota-team"]["quotas"]["max_active_jobs"] == 0
+    assert tenants["quota-team"]["allow_code_uploads"] is True
     screenshot(page, "admin")
 
     # The member's submission is refused, and the page says why.

@@ -96,7 +96,7 @@ def test_upload_preview_train_clone_and_delete(
     page.get_by_label("Algorithm").select_option("logistic_regression")
     page.get_by_label("Dataset").select_option(ref)
     page.get_by_label("Maximum iterations").fill("100000")
-    page.get_by_label("Convergence tolerance (optional)").fill("")
+    page.get_by_label("Convergence tolerance (optional)").fill("off")
     page.get_by_role("button", name="Submit job").click()
     page.wait_for_url(re.compile(r"/jobs/\d+$"))
     job_id = int(page.url.rsplit("/", 1)[1])

@@ -69,6 +69,12 @@ def test_every_page_asks_only_the_portal(make_page: Callable[..., Page],
         "/admin": lambda: expect(page.locator("#tenants-table")).to_be_visible(),
         "/datasets": lambda: expect(page.get_by_label("CSV file")).to_be_visible(),
         "/account": lambda: expect(page.locator("#my-tokens-table")).to_be_visible(),
+        f"/compare?jobs={job_id}": lambda: expect(page.locator("#compare-chart .main-svg")
+                                                  .first).to_be_visible(),
+        "/experiments": lambda: expect(page.get_by_role("heading", name="Experiments"))
+        .to_be_visible(),
+        "/experiments/new": lambda: expect(page.get_by_role("heading", name="New sweep"))
+        .to_be_visible(),
         "/docs": lambda: expect(page.locator(".opblock").first).to_be_visible(
             timeout=RENDER_MS),
         "/redoc": lambda: expect(page.get_by_role("heading", name="Submit Job").first)

@@ -32,8 +32,10 @@ def module_db_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 ROLES = ["anonymous", "other_member", "other_admin", "member", "tenant_admin", "platform_admin"]
 CSV = "a,b,label\n" + "".join(f"{i},{i % 7},{i % 2}\n" for i in range(40))
+TRAINER = b"from slaq_trainer import Trainer\n\nclass T(Trainer):\n    name = 't'\n"
 JOB_SPEC = {"algorithm": "logistic_regression", "dataset": "iris",
             "stopping": {"max_iterations": 100000, "tolerance": None}}
+EXPERIMENT = {**JOB_SPEC, "space": {"learning_rate": {"type": "choice", "values": [0.1, 0.2]}}}
 
 
 @dataclass
@@ -56,6 +58,22 @@ class World:
                           data={"name": _unique("d"), "task": "classification"})
             assert resp.status_code == 201, resp.text
             return int(resp.json()["id"])
+
+    def new_code(self) -> int:
+        with self.client("member") as c:
+            resp = c.post("/api/v1/code", files={"file": ("t.py", TRAINER, "text/x-python")},
+                          data={"name": _unique("c")})
+            assert resp.status_code == 201, resp.text
+            return int(resp.json()["id"])
+
+    def new_experiment(self, pause: bool = False) -> int:
+        with self.client("member") as c:
+            resp = c.post("/api/v1/experiments", json=EXPERIMENT)
+            assert resp.status_code == 201, resp.text
+            experiment = int(resp.json()["id"])
+            if pause:
+                assert c.post(f"/api/v1/experiments/{experiment}/pause").status_code == 200
+        return experiment
 
     def trained_job(self) -> int:
         """A job of tenant alpha with a checkpoint: trained until its first chunk is stored."""
@@ -105,6 +123,12 @@ def world(portal: Portal) -> World:
             col(ApiToken.token_hash) == hash_token(tokens["member"]))).scalar_one()
         tenant_a = session.execute(
             select(col(Tenant.id)).where(col(Tenant.name) == "alpha")).scalar_one()
+        # Code uploads are off by default; every tenant here may, so the
+        # matrix below tests tenant scoping rather than the switch.
+        for tenant in session.execute(select(Tenant)).scalars():
+            tenant.allow_code_uploads = True
+            session.add(tenant)
+        session.commit()
     w = World(portal, tokens, 0, 0, int(token_id), member.id or 0, int(tenant_a))
     w.member_job = w.new_job(pause=True)
     w.member_dataset = w.new_dataset()
@@ -229,6 +253,35 @@ RULES: dict[tuple[str, str], Case] = {
         lambda w: ("DELETE", f"/api/v1/admin/tokens/{w.new_member_token()}", None),
         {**admins(204), "other_admin": 404}),
     ("GET", "/api/v1/cluster"): (lambda w: ("GET", "/api/v1/cluster", None), signed_in(200)),
+    ("POST", "/api/v1/experiments"): (
+        lambda w: ("POST", "/api/v1/experiments", EXPERIMENT), signed_in(201)),
+    ("GET", "/api/v1/experiments"): (
+        lambda w: ("GET", "/api/v1/experiments", None), signed_in(200)),
+    ("GET", "/api/v1/experiments/{experiment_id}"): (
+        lambda w: ("GET", f"/api/v1/experiments/{w.new_experiment()}", None),
+        tenant_a_job(200)),
+    ("POST", "/api/v1/experiments/{experiment_id}/pause"): (
+        lambda w: ("POST", f"/api/v1/experiments/{w.new_experiment()}/pause", None),
+        tenant_a_job(200)),
+    ("POST", "/api/v1/experiments/{experiment_id}/resume"): (
+        lambda w: ("POST", f"/api/v1/experiments/{w.new_experiment(pause=True)}/resume", None),
+        tenant_a_job(200)),
+    ("POST", "/api/v1/experiments/{experiment_id}/cancel"): (
+        lambda w: ("POST", f"/api/v1/experiments/{w.new_experiment()}/cancel", None),
+        tenant_a_job(200)),
+    ("GET", "/api/v1/cluster/history"): (
+        lambda w: ("GET", "/api/v1/cluster/history", None), signed_in(200)),
+    ("GET", "/api/v1/jobs/{job_id}/metrics"): (
+        lambda w: ("GET", f"/api/v1/jobs/{w.member_job}/metrics", None), tenant_a_job(200)),
+    ("GET", "/api/v1/jobs/{job_id}/export"): (
+        lambda w: ("GET", f"/api/v1/jobs/{w.member_job}/export", None), tenant_a_job(200)),
+    ("POST", "/api/v1/code"): (
+        lambda w: ("POST", "/api/v1/code", {"__code__": _unique("c")}), signed_in(201)),
+    ("GET", "/api/v1/code"): (lambda w: ("GET", "/api/v1/code", None), signed_in(200)),
+    ("GET", "/api/v1/code/{code_id}"): (
+        lambda w: ("GET", f"/api/v1/code/{w.new_code()}", None), tenant_a_job(200)),
+    ("DELETE", "/api/v1/code/{code_id}"): (
+        lambda w: ("DELETE", f"/api/v1/code/{w.new_code()}", None), tenant_a_job(204)),
     ("GET", "/api/v1/health"): (lambda w: ("GET", "/api/v1/health", None), everyone(200)),
 }
 
@@ -249,6 +302,9 @@ def _call(client: httpx.Client, method: str, path: str, body: dict[str, Any] | N
     if path.endswith("/stream") or path.endswith("/events"):
         with client.stream(method, path) as resp:
             return resp.status_code
+    if body is not None and "__code__" in body:
+        return client.request(method, path, files={"file": ("t.py", TRAINER, "text/x-python")},
+                              data={"name": body["__code__"]}).status_code
     if body is not None and "__csv__" in body:
         return client.request(method, path, files={"file": ("d.csv", CSV, "text/csv")},
                               data={"name": body["__csv__"], "task": "classification"}
@@ -287,6 +343,14 @@ def test_admin_lists_are_scoped_to_the_tenant(world: World) -> None:
         users = client.get("/api/v1/admin/users").json()
     assert [t["name"] for t in tenants] == ["beta"]
     assert {u["email"].split("@")[1] for u in users} == {"beta.test"}
+    # The route matrix leaves jobs queued in every tenant, and the cluster view
+    # lists only the head of the queue: start from an empty queue.
+    for role in ("member", "other_member", "platform_admin"):
+        with world.client(role) as client:
+            for status in ("queued", "running", "paused"):
+                resp = client.post("/api/v1/jobs/bulk",
+                                   json={"action": "cancel", "filter": {"status": status}})
+                assert resp.status_code == 200, resp.text
     # An active job in each tenant, so there is something to leak and something to show.
     alpha_job = world.new_job()
     with world.client("other_member") as client:

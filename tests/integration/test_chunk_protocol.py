@@ -17,10 +17,11 @@ from backend.core.models import Job, JobStatus, LossRecord, Role
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.service import Scheduler
 from backend.seed import ensure_tenant, ensure_user
-from workers.algorithms import make_trainer
 from workers.checkpoints import CheckpointStore
 from workers.chunk_service import ChunkContext, Outcome, run_chunk
 from workers.datasets import load_dataset
+from workers.trainers.data import holdout
+from workers.trainers.registry import make_trainer
 
 
 class Sent(list[tuple[int, int, int]]):
@@ -109,8 +110,9 @@ def test_checkpoint_resume_is_exact(setup: Setup) -> None:
             .order_by(col(LossRecord.iteration))).all()]
         job = session.get(Job, job_id)
         assert job is not None and job.status == JobStatus.completed
-    straight = make_trainer("logistic_regression", load_dataset("iris", {}), {}, 0).step(30)
-    assert losses == straight
+    # Jobs train on the split that holds validation rows out.
+    trainer = make_trainer("logistic_regression", holdout(load_dataset("iris", {})), {}, 0)
+    assert losses == [metrics["loss"] for metrics in trainer.step(30)]
 
 
 def test_policy_respects_free_slots_and_leases(setup: Setup) -> None:

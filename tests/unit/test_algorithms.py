@@ -11,9 +11,11 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.linear_model import LogisticRegression, Ridge
 
-from workers.algorithms import ALGORITHMS, algorithm_params, make_trainer, restore_trainer
 from workers.algorithms.base import unpack_state
 from workers.datasets import Dataset, load_dataset
+from workers.trainers.contract import Trainer
+from workers.trainers.params_schema import params_catalog
+from workers.trainers.registry import algorithm_params, make_trainer, restore_trainer, trainers
 
 # A dataset (name, params) each algorithm should learn on, with its hyper-parameters.
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
@@ -28,13 +30,19 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 BIG = ("synthetic_classification", {"n_samples": 3000, "n_features": 8, "n_classes": 3})
 
 
+def run(trainer: Trainer, n: int) -> list[float]:
+    """The training losses of ``n`` iterations."""
+    return [metrics["loss"] for metrics in trainer.step(n)]
+
+
 def test_registry_covers_cases() -> None:
-    assert set(ALGORITHMS) == set(CASES)
-    for info in ALGORITHMS.values():
-        assert info.to_json()["params"], info.name
-        for spec in info.params:
-            if spec.name == "learning_rate":
-                assert spec.minimum is not None and spec.minimum > 0
+    assert set(CASES) <= set(trainers())
+    for name in CASES:
+        catalog = params_catalog(trainers()[name].Params)
+        assert catalog, name
+        for spec in catalog:
+            if spec["name"] == "learning_rate":
+                assert spec["minimum"] is not None and spec["minimum"] > 0
 
 
 def _case(name: str) -> tuple[Dataset, dict[str, Any]]:
@@ -46,7 +54,7 @@ def _case(name: str) -> tuple[Dataset, dict[str, Any]]:
 def test_loss_decreases(name: str) -> None:
     ds, params = _case(name)
     trainer = make_trainer(name, ds, params, seed=3)
-    losses = trainer.step(300)
+    losses = run(trainer, 300)
     assert len(losses) == 300 and trainer.iteration == 300
     assert all(np.isfinite(losses))
     assert np.mean(losses[-20:]) < 0.8 * losses[0]
@@ -63,14 +71,14 @@ def test_restore_is_bitwise_deterministic(name: str, big: bool) -> None:
     else:
         ds, params = _case(name)
     k, m = 37, 45  # odd sizes so restores land mid-epoch
-    straight = make_trainer(name, ds, params, seed=11).step(k + m)
+    straight = run(make_trainer(name, ds, params, seed=11), k + m)
 
     first = make_trainer(name, ds, params, seed=11)
-    head = first.step(k)
-    data = first.state_bytes()
+    head = run(first, k)
+    data = first.state()
     restored = restore_trainer(name, data, ds, params, seed=11)
     assert restored.iteration == k
-    tail = restored.step(m)
+    tail = run(restored, m)
     assert head + tail == straight  # exact float equality, not approx
 
     # The checkpoint is a plain npz: loads without pickle, no object arrays.
@@ -82,9 +90,9 @@ def test_restore_is_bitwise_deterministic(name: str, big: bool) -> None:
 
 def test_different_seeds_differ_and_same_seed_repeats() -> None:
     ds, params = _case("mlp")
-    a = make_trainer("mlp", ds, params, seed=1).step(5)
-    b = make_trainer("mlp", ds, params, seed=1).step(5)
-    c = make_trainer("mlp", ds, params, seed=2).step(5)
+    a = run(make_trainer("mlp", ds, params, seed=1), 5)
+    b = run(make_trainer("mlp", ds, params, seed=1), 5)
+    c = run(make_trainer("mlp", ds, params, seed=2), 5)
     assert a == b and a != c
 
 
@@ -94,8 +102,9 @@ def test_param_defaults_filled_and_validated() -> None:
     assert filled["hidden_layers"] == 1 and filled["activation"] == "relu"
     assert float(filled["learning_rate"]) > 0
     trainer = make_trainer("logistic_regression", load_dataset("iris", {}), {}, seed=0)
-    assert trainer.params == algorithm_params("logistic_regression", {})
-    assert trainer.params["learning_rate"] == 0.1 and trainer.params["batch_size"] == 64
+    assert trainer.params.model_dump() == algorithm_params("logistic_regression", {})
+    assert algorithm_params("logistic_regression", {})["learning_rate"] == 0.1
+    assert algorithm_params("logistic_regression", {})["batch_size"] == 64
     with pytest.raises(ValueError, match="learning_rate must be >="):
         algorithm_params("linear_svm", {"learning_rate": 0})
     with pytest.raises(ValueError, match="unknown parameter"):
@@ -108,7 +117,7 @@ def test_incompatible_task_and_checkpoint_rejected() -> None:
     with pytest.raises(ValueError, match="cannot train on dataset"):
         make_trainer("linear_regression", load_dataset("iris", {}), {}, seed=0)
     iris = load_dataset("iris", {})
-    state = make_trainer("logistic_regression", iris, {}, seed=0).state_bytes()
+    state = make_trainer("logistic_regression", iris, {}, seed=0).state()
     with pytest.raises(ValueError, match="checkpoint is for"):
         restore_trainer("linear_svm", state, iris, {}, seed=0)
     with pytest.raises(ValueError, match="shape"):
@@ -120,7 +129,7 @@ def test_incompatible_task_and_checkpoint_rejected() -> None:
 def test_divergence_is_reported_not_caught() -> None:
     ds = load_dataset("diabetes", {})
     trainer = make_trainer("linear_regression", ds, {"learning_rate": 10.0}, seed=0)
-    losses = trainer.step(200)
+    losses = run(trainer, 200)
     assert not np.isfinite(losses[-1])  # the caller, not the trainer, fails the job
 
 
@@ -147,7 +156,7 @@ def test_logistic_regression_matches_sklearn_objective(
 ) -> None:
     ds = load_dataset(dataset, {})
     l2 = float(algorithm_params("logistic_regression", params)["l2"])
-    ours = make_trainer("logistic_regression", ds, params, seed=0).step(iterations)
+    ours = run(make_trainer("logistic_regression", ds, params, seed=0), iterations)
     final = float(np.mean(ours[-50:]))  # SGD jitters; judge its recent level
     reference = LogisticRegression(C=1.0 / (l2 * ds.n_samples), tol=1e-10, max_iter=10_000)
     best = _xent_objective(reference.fit(ds.X, ds.y), ds, l2)
@@ -161,7 +170,7 @@ def test_kmeans_inertia_close_to_sklearn(
     dataset: str, dataset_params: dict[str, Any], k: int
 ) -> None:
     ds = load_dataset(dataset, dataset_params)
-    ours = make_trainer("kmeans", ds, {"n_clusters": k}, seed=0).step(300)[-1]
+    ours = run(make_trainer("kmeans", ds, {"n_clusters": k}, seed=0), 300)[-1]
     best = KMeans(n_clusters=k, n_init=10, random_state=0).fit(ds.X).inertia_
     print(f"kmeans {dataset}: ours {ours:.3f} sklearn {best:.3f}")
     assert ours <= 1.10 * best
@@ -171,7 +180,7 @@ def test_linear_regression_close_to_ridge() -> None:
     ds = load_dataset("diabetes", {})
     assert ds.y is not None
     l2 = 1e-3
-    ours = make_trainer("linear_regression", ds, {"l2": l2}, seed=0).step(2000)
+    ours = run(make_trainer("linear_regression", ds, {"l2": l2}, seed=0), 2000)
     final = float(np.mean(ours[-50:]))
     ridge = Ridge(alpha=l2 * ds.n_samples).fit(ds.X, ds.y)
     residuals = ridge.predict(ds.X) - ds.y

@@ -5,41 +5,52 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from backend.scheduling.trace import load_trace
 from backend.simulation.record import SMALL_RUNS, RunSpec, record_curve
-from workers.algorithms import make_trainer, restore_trainer
-from workers.algorithms.base import Trainer
 from workers.datasets import load_dataset
 from workers.iterations import Iterations, run_iterations
 from workers.stopping import StopRule
+from workers.trainers.contract import Metrics, NoParams, Trainer, TrainingData
+from workers.trainers.registry import make_trainer, restore_trainer
 
 GOLDEN_TRACE = Path(__file__).resolve().parents[2] / "data" / "traces" / "golden-small.json"
 
 
 class Scripted(Trainer):
-    """Reports a fixed sequence of losses; an exception in it is raised instead."""
+    """Reports a fixed sequence of losses; an exception in it is raised instead.
+    ``evaluations`` are returned by successive ``evaluate()`` calls."""
 
-    def __init__(self, losses: Sequence[float | Exception]) -> None:
+    name = "scripted"
+
+    def __init__(self, losses: Sequence[float | Exception],
+                 evaluations: Sequence[Metrics] = (), batched: bool = False) -> None:
+        super().__init__(NoParams(), TrainingData(name="none", task="classification"), 0)
         self.losses: Iterator[float | Exception] = iter(losses)
-        self.iteration = 0
+        self.evaluations: Iterator[Metrics] = iter(evaluations)
+        self.batched = batched
+        self.calls: list[int] = []
 
-    def step(self, n: int) -> list[float]:
-        assert n == 1
-        loss = next(self.losses)
-        if isinstance(loss, Exception):
-            raise loss
-        self.iteration += 1
-        return [loss]
+    def step(self, n: int) -> list[Metrics]:
+        self.calls.append(n)
+        out: list[Metrics] = []
+        for _ in range(n):
+            loss = next(self.losses)
+            if isinstance(loss, Exception):
+                raise loss
+            self.iteration += 1
+            out.append({"loss": loss})
+        return out
 
-    def state_bytes(self) -> bytes:
+    def evaluate(self) -> Metrics:
+        return next(self.evaluations)
+
+    def state(self) -> bytes:
         raise NotImplementedError
 
-    @classmethod
-    def from_bytes(cls, data: bytes, dataset: Any, params: Any, seed: int) -> Scripted:
+    def restore(self, blob: bytes) -> None:
         raise NotImplementedError
 
 
@@ -147,7 +158,7 @@ def test_chunks_resumed_from_checkpoints_match_one_straight_run() -> None:
                                initial=points[0][1] if points else None)
         points += chunk.points
         verdict = chunk.verdict
-        trainer = restore_trainer("logistic_regression", trainer.state_bytes(), dataset, {}, 0)
+        trainer = restore_trainer("logistic_regression", trainer.state(), dataset, {}, 0)
     assert [p[:2] for p in points] == [p[:2] for p in straight.points]
     assert verdict == straight.verdict
 
@@ -166,3 +177,54 @@ def test_recording_refuses_a_run_that_fails() -> None:
     spec = RunSpec("linear_regression", "diabetes", {"learning_rate": 5.0}, max_iterations=50)
     with pytest.raises(RuntimeError, match="failed: loss diverged at iteration 3"):
         record_curve(spec)
+
+
+def test_evaluations_run_every_eval_every_and_at_a_completed_end() -> None:
+    evaluations = [{"val_loss": v} for v in (5.0, 4.0, 3.0)]
+    trainer = Scripted([9.0, 8.0, 7.0, 6.0, 5.0], evaluations)
+    run = run_iterations(trainer, StopRule(max_iterations=5), 10, keep_going, eval_every=2)
+    assert [it for it, _ in run.evaluations] == [2, 4, 5]
+    assert [m["val_loss"] for _, m in run.evaluations] == [5.0, 4.0, 3.0]
+
+
+def test_a_val_loss_rule_stops_on_the_evaluations_not_the_training_loss() -> None:
+    rule = StopRule(max_iterations=100, target_loss=1.0, metric="val_loss")
+    # The training loss passes the target at once; only val_loss counts.
+    trainer = Scripted([0.5] * 6, [{"val_loss": 3.0}, {"val_loss": 0.9}])
+    run = run_iterations(trainer, rule, 10, keep_going, eval_every=3)
+    assert run.iteration == 6
+    assert run.verdict is not None and run.verdict.reason == "reached target val_loss 1"
+
+
+def test_a_missing_quality_metric_fails_the_job_by_name() -> None:
+    rule = StopRule(max_iterations=100, metric="val_loss")
+    run = run_iterations(Scripted([1.0] * 4, [{"val_accuracy": 0.5}]), rule, 10, keep_going,
+                         eval_every=2)
+    assert run.verdict is not None and run.verdict.status == "failed"
+    assert "no val_loss" in run.verdict.reason and "val_accuracy" in run.verdict.reason
+
+
+def test_batched_trainers_get_growing_batches_cut_at_evaluations() -> None:
+    trainer = Scripted([1.0] * 40, [{"val_loss": 1.0}] * 10, batched=True)
+    run = run_iterations(trainer, StopRule(max_iterations=1000), 40, keep_going, eval_every=16)
+    assert run.iteration == 40 and len(run.points) == 40
+    assert max(trainer.calls) > 1
+    # No batch crosses an evaluation boundary.
+    ends = [sum(trainer.calls[:i + 1]) for i in range(len(trainer.calls))]
+    assert 16 in ends and 32 in ends
+
+
+def test_a_step_that_breaks_the_contract_is_an_error() -> None:
+    class Short(Scripted):
+        def step(self, n: int) -> list[Metrics]:
+            return []
+
+    run = run_iterations(Short([]), StopRule(max_iterations=10), 10, keep_going)
+    assert isinstance(run.error, ValueError) and "must return 1 metrics" in str(run.error)
+
+    class NoLoss(Scripted):
+        def step(self, n: int) -> list[Metrics]:
+            return [{"accuracy": 1.0}] * n
+
+    run = run_iterations(NoLoss([]), StopRule(max_iterations=10), 10, keep_going)
+    assert isinstance(run.error, ValueError) and "no 'loss'" in str(run.error)

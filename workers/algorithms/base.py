@@ -1,4 +1,4 @@
-"""The trainer interface and the checkpoint format every trainer shares.
+"""What the built-in numpy trainers share: tabular data and the checkpoint format.
 
 Checkpoints are an ``.npz`` archive (arrays) plus one JSON metadata entry,
 never pickle: a checkpoint is data read back by a worker process, and
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import io
 import json
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from workers.trainers.contract import Metrics, Trainer, TrainerParams, TrainingData
 
 if TYPE_CHECKING:
     from workers.datasets import Dataset
@@ -21,39 +23,42 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 1
 _META_KEY = "__meta__"
 
-T = TypeVar("T", bound="Trainer")
 
+class NumpyTrainer(Trainer):
+    """A built-in trainer on a table: one iteration is one mini-batch update.
 
-class Trainer(ABC):
-    """Stateful trainer for one job. ``iteration`` counts completed iterations.
-
-    An iteration is one mini-batch update. ``step`` returns the loss measured
-    after each iteration on the trainer's fixed evaluation rows, so a restored
-    trainer reports exactly (bitwise) what an uninterrupted one would.
+    ``losses`` reports the loss after each iteration on fixed evaluation rows
+    of the training split, so a restored trainer reports exactly (bitwise)
+    what an uninterrupted one would; ``held_out`` measures the validation split.
     """
 
-    iteration: int
+    def __init__(self, params: TrainerParams, data: TrainingData, seed: int) -> None:
+        super().__init__(params, data, seed)
+        self.dataset = data.tabular
+        self.validation = data.validation
+        self.hp: dict[str, Any] = params.model_dump()
+        if not any(self.dataset.supports(task) for task in self.tasks):
+            raise ValueError(
+                f"{self.name} ({'/'.join(self.tasks)}) cannot train on dataset "
+                f"{self.dataset.name!r} ({self.dataset.task})"
+            )
 
-    def __init__(self, dataset: Dataset, params: Mapping[str, Any], seed: int) -> None:
-        self.dataset = dataset
-        self.params = dict(params)
-        self.seed = int(seed)
-        self.iteration = 0
+    def step(self, n: int) -> list[Metrics]:
+        return [{"loss": loss} for loss in self.losses(n)]
+
+    def evaluate(self) -> Metrics:
+        if self.validation is None:
+            return {}
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            return self.held_out(self.validation)
 
     @abstractmethod
-    def step(self, n: int) -> list[float]:
+    def losses(self, n: int) -> list[float]:
         """Run ``n`` iterations; return the loss after each (``len == n``)."""
 
     @abstractmethod
-    def state_bytes(self) -> bytes:
-        """The full state (parameters, optimiser, RNG, iteration) as bytes."""
-
-    @classmethod
-    @abstractmethod
-    def from_bytes(
-        cls: type[T], data: bytes, dataset: Dataset, params: Mapping[str, Any], seed: int
-    ) -> T:
-        """Rebuild a trainer from ``state_bytes()`` output."""
+    def held_out(self, validation: Dataset) -> Metrics:
+        """``val_loss`` (same objective as ``loss``) and any other held-out metrics."""
 
 
 def pack_state(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> bytes:

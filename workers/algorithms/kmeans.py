@@ -15,51 +15,34 @@ datasets report it on a fixed 2000-row sample.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+from pydantic import Field
 
 from workers.algorithms.base import (
-    Trainer,
+    NumpyTrainer,
     check_compatible,
     pack_state,
     rng_state,
     unpack_state,
 )
-from workers.algorithms.params import ParamSpec
 from workers.algorithms.sampling import BatchSampler, evaluation_indices
+from workers.algorithms.sgd import batch_size_field
+from workers.trainers.contract import Metrics, TrainerParams, TrainingData
 
 if TYPE_CHECKING:
     from workers.datasets import Dataset
 
-PARAMS = (
-    ParamSpec("n_clusters", "int", 8, 2, 100, help="Number of centres (k)."),
-    ParamSpec(
-        "batch_size",
-        "int",
-        256,
-        1,
-        100_000,
-        help="Rows per mini-batch update (capped at the dataset size).",
-        log_scale=True,
-    ),
-    ParamSpec(
-        "init",
-        "choice",
-        "k-means++",
-        choices=("k-means++", "random"),
-        help="k-means++ seeding or k distinct random rows.",
-    ),
-    ParamSpec(
-        "n_init",
-        "int",
-        3,
-        1,
-        20,
-        help="Seedings tried; the one with the lowest inertia on the seeding rows is kept.",
-    ),
-)
+
+class KMeansParams(TrainerParams):
+    n_clusters: int = Field(8, ge=2, le=100, description="Number of centres (k).")
+    batch_size: int = batch_size_field(256)
+    init: Literal["k-means++", "random"] = Field(
+        "k-means++", description="k-means++ seeding or k distinct random rows.")
+    n_init: int = Field(3, ge=1, le=20, description=(
+        "Seedings tried; the one with the lowest inertia on the seeding rows is kept."))
+
 
 # k-means++ costs O(n k) per centre; seeding on a sample keeps init cheap on
 # big data while still spreading the centres well.
@@ -104,13 +87,17 @@ def inertia(X: np.ndarray, centres: np.ndarray) -> float:
     return float(squared_distances(X, centres).min(axis=1).sum())
 
 
-class MiniBatchKMeansTrainer(Trainer):
-    kind = "kmeans"
-    task = "clustering"
+class MiniBatchKMeansTrainer(NumpyTrainer):
+    name = kind = "kmeans"
+    title = "Mini-batch k-means"
+    description = "Sculley's mini-batch k-means; loss = inertia (sum of squared distances)."
+    tasks = ("clustering",)
+    Params = KMeansParams
 
-    def __init__(self, dataset: Dataset, params: Mapping[str, Any], seed: int) -> None:
-        super().__init__(dataset, params, seed)
-        k = int(self.params["n_clusters"])
+    def __init__(self, params: TrainerParams, data: TrainingData, seed: int) -> None:
+        super().__init__(params, data, seed)
+        dataset = self.dataset
+        k = int(self.hp["n_clusters"])
         if k > dataset.n_samples:
             raise ValueError(f"n_clusters={k} exceeds the {dataset.n_samples} rows of the data")
         self.rng = np.random.default_rng(self.seed)
@@ -120,19 +107,25 @@ class MiniBatchKMeansTrainer(Trainer):
         # Mini-batch updates rarely escape a bad start (two centres in one
         # cluster), so several seedings are compared up front, as sklearn's
         # MiniBatchKMeans does; seeding is cheap next to training.
-        candidates = [self._seed_centres(sample, k) for _ in range(int(self.params["n_init"]))]
+        candidates = [self._seed_centres(sample, k) for _ in range(int(self.hp["n_init"]))]
         self.centres = min(candidates, key=lambda c: inertia(sample, c))
         self.counts = np.zeros(k)
-        self.sampler = BatchSampler(dataset.n_samples, int(self.params["batch_size"]), self.rng)
+        self.sampler = BatchSampler(dataset.n_samples, int(self.hp["batch_size"]), self.rng)
         rows = evaluation_indices(dataset.n_samples)
         self._X_eval = dataset.X if rows is None else dataset.X[rows]
 
     def _seed_centres(self, sample: np.ndarray, k: int) -> np.ndarray:
-        if self.params["init"] == "k-means++":
+        if self.hp["init"] == "k-means++":
             return kmeans_plus_plus(sample, k, self.rng)
         return sample[self.rng.choice(sample.shape[0], k, replace=False)].copy()
 
-    def step(self, n: int) -> list[float]:
+    def held_out(self, validation: Dataset) -> Metrics:
+        # Inertia is a sum: scaled to the evaluation rows' count so that
+        # val_loss and loss share one axis.
+        per_row = inertia(validation.X, self.centres) / validation.n_samples
+        return {"val_loss": per_row * self._X_eval.shape[0]}
+
+    def losses(self, n: int) -> list[float]:
         k = self.centres.shape[0]
         losses: list[float] = []
         with np.errstate(over="ignore", invalid="ignore"):
@@ -152,7 +145,7 @@ class MiniBatchKMeansTrainer(Trainer):
                 losses.append(inertia(self._X_eval, self.centres))
         return losses
 
-    def state_bytes(self) -> bytes:
+    def state(self) -> bytes:
         meta = {
             "algorithm": self.kind,
             "data_shape": [self.dataset.n_samples, self.dataset.n_features],
@@ -162,13 +155,10 @@ class MiniBatchKMeansTrainer(Trainer):
         }
         return pack_state({"centres": self.centres, "counts": self.counts}, meta)
 
-    @classmethod
-    def from_bytes(
-        cls, data: bytes, dataset: Dataset, params: Mapping[str, Any], seed: int
-    ) -> MiniBatchKMeansTrainer:
-        arrays, meta = unpack_state(data)
-        check_compatible(meta, cls.kind, dataset)
-        trainer = cls(dataset, params, seed)
+    def restore(self, blob: bytes) -> None:
+        arrays, meta = unpack_state(blob)
+        check_compatible(meta, self.kind, self.dataset)
+        trainer = self
         if arrays["centres"].shape != trainer.centres.shape:
             raise ValueError(
                 f"checkpoint has {arrays['centres'].shape[0]} centres, "
@@ -179,4 +169,3 @@ class MiniBatchKMeansTrainer(Trainer):
         trainer.iteration = int(meta["iteration"])
         trainer.rng.bit_generator.state = dict(meta["rng"])
         trainer.sampler.restore(meta["sampler"])
-        return trainer

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from workers.algorithms.sgd import SGDTrainer, Weights, sgd_params
+from workers.algorithms.sgd import SGDParams, SGDTrainer, Weights, l2_field
 
-PARAMS = sgd_params(learning_rate=0.01, batch_size=64, l2=0.0, momentum=0.9)
+
+class LinearRegressionParams(SGDParams):
+    l2: float = l2_field(0.0)
 
 
 class LinearRegressionTrainer(SGDTrainer):
-    kind = "linear_regression"
-    task = "regression"
+    name = kind = "linear_regression"
+    title = "Linear regression"
+    description = "Least squares by mini-batch SGD; loss = MSE/2 + l2/2 ||w||^2."
+    tasks = ("regression",)
+    Params = LinearRegressionParams
 
     def init_weights(self, rng: np.random.Generator) -> Weights:
         return {"W": np.zeros(self.dataset.n_features), "b": np.zeros(1)}

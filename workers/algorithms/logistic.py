@@ -12,14 +12,19 @@ from __future__ import annotations
 import numpy as np
 
 from workers.algorithms.losses import cross_entropy, cross_entropy_grad
-from workers.algorithms.sgd import SGDTrainer, Weights, sgd_params
+from workers.algorithms.sgd import SGDParams, SGDTrainer, Weights, learning_rate_field
 
-PARAMS = sgd_params(learning_rate=0.1, batch_size=64, l2=1e-4, momentum=0.9)
+
+class LogisticRegressionParams(SGDParams):
+    learning_rate: float = learning_rate_field(0.1)
 
 
 class LogisticRegressionTrainer(SGDTrainer):
-    kind = "logistic_regression"
-    task = "classification"
+    name = kind = "logistic_regression"
+    title = "Logistic regression"
+    description = "Softmax regression by mini-batch SGD; loss = mean cross-entropy + l2/2 ||W||^2."
+    tasks = ("classification",)
+    Params = LogisticRegressionParams
 
     @property
     def _binary(self) -> bool:
@@ -42,6 +47,9 @@ class LogisticRegressionTrainer(SGDTrainer):
 
     def data_loss(self, X: np.ndarray, y: np.ndarray) -> float:
         return cross_entropy(self._logits(X), y)
+
+    def scores(self, X: np.ndarray) -> np.ndarray:
+        return self._logits(X)
 
     def data_gradients(self, X: np.ndarray, y: np.ndarray) -> Weights:
         grad = cross_entropy_grad(self._logits(X), y)

@@ -8,34 +8,38 @@ tanh (keeps it ~constant through a symmetric saturating unit).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+from pydantic import Field
 
 from workers.algorithms.losses import cross_entropy, cross_entropy_grad
-from workers.algorithms.params import ParamSpec
-from workers.algorithms.sgd import SGDTrainer, Weights, sgd_params
+from workers.algorithms.sgd import LOG_SCALE, SGDParams, SGDTrainer, Weights, learning_rate_field
 
-PARAMS = (
-    ParamSpec("hidden_units", "int", 64, 1, 1024, help="Units per hidden layer.", log_scale=True),
-    ParamSpec("hidden_layers", "int", 1, 1, 2, help="Number of hidden layers."),
-    ParamSpec(
-        "activation", "choice", "relu", choices=("relu", "tanh"), help="Hidden-unit non-linearity."
-    ),
-    *sgd_params(learning_rate=0.05, batch_size=64, l2=1e-4, momentum=0.9),
-)
+
+class MLPParams(SGDParams):
+    hidden_units: int = Field(64, ge=1, le=1024, description="Units per hidden layer.",
+                              json_schema_extra=LOG_SCALE)
+    hidden_layers: int = Field(1, ge=1, le=2, description="Number of hidden layers.")
+    activation: Literal["relu", "tanh"] = Field("relu", description="Hidden-unit non-linearity.")
+    learning_rate: float = learning_rate_field(0.05)
 
 
 class MLPTrainer(SGDTrainer):
-    kind = "mlp"
-    task = "classification"
+    name = kind = "mlp"
+    title = "Neural network (MLP)"
+    description = "1-2 hidden-layer perceptron with softmax output; loss = cross-entropy + l2."
+    tasks = ("classification",)
+    Params = MLPParams
 
     @property
     def _n_hidden(self) -> int:
-        return int(self.params["hidden_layers"])
+        return int(self.hp["hidden_layers"])
 
     def init_weights(self, rng: np.random.Generator) -> Weights:
-        units = int(self.params["hidden_units"])
+        units = int(self.hp["hidden_units"])
         sizes = [self.dataset.n_features] + [units] * self._n_hidden + [self.dataset.n_classes]
-        relu = self.params["activation"] == "relu"
+        relu = self.hp["activation"] == "relu"
         weights: Weights = {}
         for layer, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
             hidden = layer < self._n_hidden
@@ -45,7 +49,7 @@ class MLPTrainer(SGDTrainer):
         return weights
 
     def _activate(self, z: np.ndarray) -> np.ndarray:
-        return np.maximum(z, 0.0) if self.params["activation"] == "relu" else np.tanh(z)
+        return np.maximum(z, 0.0) if self.hp["activation"] == "relu" else np.tanh(z)
 
     def _forward(self, X: np.ndarray) -> list[np.ndarray]:
         """Activations of every layer: [X, h1, (h2,) logits]."""
@@ -54,6 +58,9 @@ class MLPTrainer(SGDTrainer):
             z = outputs[-1] @ self.weights[f"W{layer}"] + self.weights[f"b{layer}"]
             outputs.append(self._activate(z) if layer < self._n_hidden else z)
         return outputs
+
+    def scores(self, X: np.ndarray) -> np.ndarray:
+        return self._forward(X)[-1]
 
     def data_loss(self, X: np.ndarray, y: np.ndarray) -> float:
         return cross_entropy(self._forward(X)[-1], y)
@@ -71,6 +78,6 @@ class MLPTrainer(SGDTrainer):
                 # Derivatives written in terms of the activation itself:
                 # relu' = [h > 0], tanh' = 1 - h^2.
                 delta = (
-                    back * (h > 0) if self.params["activation"] == "relu" else back * (1 - h * h)
+                    back * (h > 0) if self.hp["activation"] == "relu" else back * (1 - h * h)
                 )
         return grads

@@ -8,58 +8,56 @@ update, evaluation and checkpointing, so every SGD model checkpoints alike.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from pydantic import Field
 
 from workers.algorithms.base import (
-    Trainer,
+    NumpyTrainer,
     check_compatible,
     pack_state,
     rng_state,
     unpack_state,
 )
-from workers.algorithms.params import ParamSpec
 from workers.algorithms.sampling import BatchSampler, evaluation_indices
+from workers.trainers.contract import Metrics, TrainerParams, TrainingData
 
 if TYPE_CHECKING:
     from workers.datasets import Dataset
 
-S = TypeVar("S", bound="SGDTrainer")
-
 Weights = dict[str, np.ndarray]
+LOG_SCALE: dict[str, Any] = {"log_scale": True}
 
 
-def sgd_params(
-    learning_rate: float, batch_size: int = 64, l2: float = 1e-4, momentum: float = 0.9
-) -> tuple[ParamSpec, ...]:
-    """The optimiser parameters every SGD model takes, with per-model defaults."""
-    return (
-        ParamSpec(
-            "learning_rate",
-            "float",
-            learning_rate,
-            1e-6,
-            10.0,
-            help="Step size of each mini-batch update.",
-            log_scale=True,
-        ),
-        ParamSpec(
-            "batch_size",
-            "int",
-            batch_size,
-            1,
-            100_000,
-            help="Rows per mini-batch update (capped at the dataset size).",
-            log_scale=True,
-        ),
-        ParamSpec("l2", "float", l2, 0.0, 10.0, help="L2 penalty on the weights (not biases)."),
-        ParamSpec("momentum", "float", momentum, 0.0, 0.99, help="Heavy-ball momentum."),
-    )
+def learning_rate_field(default: float) -> Any:
+    return Field(default, ge=1e-6, le=10.0, description="Step size of each mini-batch update.",
+                 json_schema_extra=LOG_SCALE)
 
 
-class SGDTrainer(Trainer):
+def batch_size_field(default: int) -> Any:
+    return Field(default, ge=1, le=100_000, json_schema_extra=LOG_SCALE,
+                 description="Rows per mini-batch update (capped at the dataset size).")
+
+
+def l2_field(default: float) -> Any:
+    return Field(default, ge=0.0, le=10.0, description="L2 penalty on the weights (not biases).")
+
+
+def momentum_field(default: float) -> Any:
+    return Field(default, ge=0.0, le=0.99, description="Heavy-ball momentum.")
+
+
+class SGDParams(TrainerParams):
+    """The optimiser parameters every SGD model takes; subclasses set per-model defaults."""
+
+    learning_rate: float = learning_rate_field(0.01)
+    batch_size: int = batch_size_field(64)
+    l2: float = l2_field(1e-4)
+    momentum: float = momentum_field(0.9)
+
+
+class SGDTrainer(NumpyTrainer):
     """Mini-batch SGD with momentum on ``data_loss + l2/2 * ||weights||^2``.
 
     Parameters named with a leading ``W`` are penalised; biases (``b...``)
@@ -67,28 +65,25 @@ class SGDTrainer(Trainer):
     """
 
     kind: ClassVar[str]
-    task: ClassVar[str]
 
-    def __init__(self, dataset: Dataset, params: Mapping[str, Any], seed: int) -> None:
-        super().__init__(dataset, params, seed)
-        if not dataset.supports(self.task):
-            raise ValueError(
-                f"{self.kind} needs a {self.task} dataset; {dataset.name!r} is {dataset.task}"
-            )
-        self.learning_rate = float(self.params["learning_rate"])
-        self.momentum = float(self.params["momentum"])
-        self.l2 = float(self.params["l2"])
+    def __init__(self, params: TrainerParams, data: TrainingData, seed: int) -> None:
+        super().__init__(params, data, seed)
+        dataset = self.dataset
+        self.learning_rate = float(self.hp["learning_rate"])
+        self.momentum = float(self.hp["momentum"])
+        self.l2 = float(self.hp["l2"])
         self.rng = np.random.default_rng(self.seed)
         self.weights: Weights = self.init_weights(self.rng)
         self.velocity: Weights = {k: np.zeros_like(v) for k, v in self.weights.items()}
-        self.sampler = BatchSampler(dataset.n_samples, int(self.params["batch_size"]), self.rng)
+        self.sampler = BatchSampler(dataset.n_samples, int(self.hp["batch_size"]), self.rng)
         rows = evaluation_indices(dataset.n_samples)
         self._X_eval = dataset.X if rows is None else dataset.X[rows]
         self._y_eval = self._targets() if rows is None else self._targets()[rows]
 
-    def _targets(self) -> np.ndarray:
-        assert self.dataset.y is not None  # guaranteed by supports()
-        return self.dataset.y
+    def _targets(self, dataset: Dataset | None = None) -> np.ndarray:
+        y = (dataset or self.dataset).y
+        assert y is not None  # guaranteed by supports()
+        return y
 
     @abstractmethod
     def init_weights(self, rng: np.random.Generator) -> Weights:
@@ -107,7 +102,19 @@ class SGDTrainer(Trainer):
         penalty = sum(float(np.sum(w * w)) for k, w in self.weights.items() if k.startswith("W"))
         return self.data_loss(X, y) + 0.5 * self.l2 * penalty
 
-    def step(self, n: int) -> list[float]:
+    def held_out(self, validation: Dataset) -> Metrics:
+        X, y = validation.X, self._targets(validation)
+        metrics = {"val_loss": self.objective(X, y)}
+        scores = self.scores(X)
+        if scores is not None:
+            metrics["val_accuracy"] = float(np.mean(scores.argmax(axis=1) == y))
+        return metrics
+
+    def scores(self, X: np.ndarray) -> np.ndarray | None:
+        """Per-class scores for accuracy (classifiers); None for regression."""
+        return None
+
+    def losses(self, n: int) -> list[float]:
         X, y = self.dataset.X, self._targets()
         losses: list[float] = []
         # A diverging run overflows to inf/NaN; the caller detects that and
@@ -128,7 +135,7 @@ class SGDTrainer(Trainer):
                 losses.append(self.objective(self._X_eval, self._y_eval))
         return losses
 
-    def state_bytes(self) -> bytes:
+    def state(self) -> bytes:
         arrays = {f"w_{k}": v for k, v in self.weights.items()}
         arrays.update({f"v_{k}": v for k, v in self.velocity.items()})
         meta = {
@@ -140,13 +147,10 @@ class SGDTrainer(Trainer):
         }
         return pack_state(arrays, meta)
 
-    @classmethod
-    def from_bytes(
-        cls: type[S], data: bytes, dataset: Dataset, params: Mapping[str, Any], seed: int
-    ) -> S:
-        arrays, meta = unpack_state(data)
-        check_compatible(meta, cls.kind, dataset)
-        trainer = cls(dataset, params, seed)
+    def restore(self, blob: bytes) -> None:
+        arrays, meta = unpack_state(blob)
+        check_compatible(meta, self.kind, self.dataset)
+        trainer = self
         for prefix, target in (("w_", trainer.weights), ("v_", trainer.velocity)):
             for key, fresh in target.items():
                 saved = arrays[prefix + key]
@@ -161,4 +165,3 @@ class SGDTrainer(Trainer):
         # state in place (not swapping the object) keeps the two linked.
         trainer.rng.bit_generator.state = dict(meta["rng"])
         trainer.sampler.restore(meta["sampler"])
-        return trainer

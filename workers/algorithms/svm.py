@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from workers.algorithms.sgd import SGDTrainer, Weights, sgd_params
+from workers.algorithms.sgd import SGDParams, SGDTrainer, Weights, l2_field
 
-PARAMS = sgd_params(learning_rate=0.01, batch_size=64, l2=1e-3, momentum=0.9)
+
+class LinearSVMParams(SGDParams):
+    l2: float = l2_field(1e-3)
 
 
 class LinearSVMTrainer(SGDTrainer):
-    kind = "linear_svm"
-    task = "classification"
+    name = kind = "linear_svm"
+    title = "Linear SVM"
+    description = "Hinge loss (one-vs-rest for >2 classes) + l2/2 ||W||^2, mini-batch SGD."
+    tasks = ("classification",)
+    Params = LinearSVMParams
 
     @property
     def _outputs(self) -> int:
@@ -42,6 +47,11 @@ class LinearSVMTrainer(SGDTrainer):
 
     def _margins(self, X: np.ndarray, signs: np.ndarray) -> np.ndarray:
         return signs * (X @ self.weights["W"] + self.weights["b"])
+
+    def scores(self, X: np.ndarray) -> np.ndarray:
+        raw = X @ self.weights["W"] + self.weights["b"]
+        # A binary SVM has one column: class 1 when positive.
+        return np.hstack([-raw, raw]) if self._outputs == 1 else raw
 
     def data_loss(self, X: np.ndarray, y: np.ndarray) -> float:
         margins = self._margins(X, self._signs(y))

@@ -7,6 +7,7 @@ import { $, clear, h, notice } from "./dom.js";
 const NAV = [
   { key: "jobs", href: "/jobs", label: "Jobs" },
   { key: "submit", href: "/submit", label: "Submit" },
+  { key: "experiments", href: "/experiments", label: "Experiments" },
   { key: "datasets", href: "/datasets", label: "Datasets" },
   { key: "cluster", href: "/cluster", label: "Cluster" },
   { key: "admin", href: "/admin", label: "Admin", roles: ["tenant_admin", "platform_admin"] },

@@ -58,6 +58,7 @@ function renderTenants() {
       { dataset: { tenantId: String(t.id), tenant: t.name } },
       h("th", { scope: "row" }, t.name),
       QUOTAS.map((q) => quotaCell(t, q)),
+      h("td", { "data-label": "Own code" }, t.allow_code_uploads ? "allowed" : "off"),
       canEdit
         ? h("td", {}, h("button", {
             type: "button",
@@ -81,6 +82,7 @@ function renderTenants() {
             h("thead", {}, h("tr", {},
               h("th", { scope: "col" }, "Tenant"),
               QUOTAS.map((q) => h("th", { scope: "col" }, q.usage ? `${q.label} (used of limit)` : q.label)),
+              h("th", { scope: "col" }, "Own code"),
               canEdit ? h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions")) : null)),
             h("tbody", {}, rows),
           ),
@@ -111,6 +113,18 @@ function openEditor(tenant) {
       h("span", { class: "help", id: `${id}-help` }, `${q.help} (${rangeText(q)})`),
       errors[q.name]));
   }
+  // Uploaded trainer code runs sandboxed, but a sandbox is not a guarantee:
+  // platform admins opt tenants in one by one (deploy/PRODUCTION.md).
+  const allowCode = h("input", {
+    id: "quota-allow-code",
+    type: "checkbox",
+    "aria-describedby": "quota-allow-code-help",
+  });
+  allowCode.checked = Boolean(tenant.allow_code_uploads);
+  grid.appendChild(h("div", { class: "field field-check" },
+    h("label", { for: "quota-allow-code" }, allowCode, " Allow uploaded trainer code"),
+    h("span", { class: "help", id: "quota-allow-code-help" },
+      "Members may upload Python trainers; each chunk runs in a sandbox with no network and no portal files.")));
   const message = h("div", { id: "quota-message", "aria-live": "polite", tabindex: "-1" });
   const showErrors = (map) => {
     let first = null;
@@ -147,6 +161,7 @@ function openEditor(tenant) {
       if (parsed.error) bad[q.name] = parsed.error;
       else if (parsed.value !== tenant.quotas[q.name]) body[q.name] = parsed.value;
     }
+    if (allowCode.checked !== Boolean(tenant.allow_code_uploads)) body.allow_code_uploads = allowCode.checked;
     if (Object.keys(bad).length) {
       showErrors(bad);
       return;

@@ -1,11 +1,14 @@
-// Cluster page: samples GET /api/v1/cluster every 2 s and draws slot
-// occupancy over time (stacked by job or tenant), the aggregate normalised
-// loss, the queue, live workers and the policy in force. Samples are kept
-// in sessionStorage so leaving the page and coming back keeps the history.
+// Cluster page. The last hour of slots and queue length comes from the
+// scheduler's own record (GET /api/v1/cluster/history), drawn on load and
+// extended every 2 s. The page also samples GET /api/v1/cluster every 2 s
+// for who holds the slots (stacked by job or tenant), the aggregate
+// normalised loss, the queue, live workers and the policy in force; those
+// samples are kept in sessionStorage so leaving and coming back keeps them.
 
 import { api } from "../api.js";
 import { baseLayout, chartColors, onThemeChange, PLOT_CONFIG, timeAxis, valueAxis } from "../charts.js";
-import { $, clear, formatClock, formatLoss, h, notice, statusBadge } from "../dom.js";
+import { $, clear, formatClock, formatLoss, formatNumber, h, notice, statusBadge } from "../dom.js";
+import { PLOT_CLOCK } from "../format.js";
 import { startPage } from "../layout.js";
 import { jobName, loadUploads } from "../uploads.js";
 
@@ -15,6 +18,9 @@ const STORE = "slaq.cluster.samples.v1";
 const OTHER = "other tenants";
 
 let samples = [];
+// The scheduler's samples ({at, total, busy, free, queued, running, granted, ...}), oldest first.
+let history = [];
+const HISTORY_MINUTES = 60;
 let groupBy = "job";
 let failures = 0;
 let me = null;
@@ -66,6 +72,98 @@ function timeRange() {
   return last - first < MIN_WINDOW_MS ? { range: [new Date(first), new Date(first + MIN_WINDOW_MS)] } : { autorange: true };
 }
 
+function historyRange() {
+  const now = Date.now();
+  const first = history.length ? history[0].at * 1000 : now;
+  return { range: [new Date(Math.min(first, now - MIN_WINDOW_MS)), new Date(now)] };
+}
+
+/** A time axis labelled HH:MM:SS whatever the zoom (no milliseconds). */
+function clockAxis(range) {
+  return timeAxis({
+    automargin: true,
+    nticks: window.innerWidth < 600 ? 4 : 8,
+    tickformatstops: [
+      { dtickrange: [null, 86400000], value: PLOT_CLOCK },
+      { dtickrange: [86400000, null], value: "%Y-%m-%d" },
+    ],
+    ...range,
+  });
+}
+
+/** Ticks on whole numbers only: a count axis labelled 0, 0, 1, 1, 2 reads as a bug. */
+function wholeTicks(values) {
+  const top = Math.max(1, ...values);
+  return { tick0: 0, dtick: Math.max(1, Math.ceil(top / 6)), range: [0, top * 1.05 + 0.05] };
+}
+
+function drawHistory() {
+  const x = history.map((p) => new Date(p.at * 1000));
+  const c = chartColors();
+  Plotly.react("history-chart", [
+    {
+      x,
+      y: history.map((p) => p.busy),
+      name: "Busy slots",
+      type: "scatter",
+      mode: "lines",
+      fill: "tozeroy",
+      line: { color: c.line, width: 1.5, shape: "hv" },
+      hovertemplate: "%{y} busy<extra></extra>",
+    },
+    {
+      x,
+      y: history.map((p) => p.total),
+      name: "Live slots",
+      type: "scatter",
+      mode: "lines",
+      line: { color: c.ink, dash: "dot", width: 1.5, shape: "hv" },
+      hovertemplate: "%{y} live<extra></extra>",
+    },
+    {
+      x,
+      y: history.map((p) => p.queued),
+      name: "Waiting jobs",
+      type: "scatter",
+      mode: "lines",
+      yaxis: "y2",
+      line: { color: c.predicted, width: 1.5, shape: "hv" },
+      hovertemplate: "%{y} waiting<extra></extra>",
+    },
+  ], baseLayout({
+    uirevision: "history",
+    margin: { l: 48, r: 48, t: 32, b: 40 },
+    xaxis: clockAxis(historyRange()),
+    yaxis: valueAxis({ title: { text: "Slots" }, rangemode: "tozero", tickformat: "d", automargin: true, ...wholeTicks(history.map((p) => p.total)) }),
+    yaxis2: valueAxis({
+      title: { text: "Waiting jobs" }, overlaying: "y", side: "right", rangemode: "tozero",
+      tickformat: "d", showgrid: false, automargin: true, ...wholeTicks(history.map((p) => p.queued)),
+    }),
+    legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
+    showlegend: true,
+    hovermode: "x unified",
+  }), PLOT_CONFIG);
+  const chart = $("#history-chart");
+  chart.dataset.points = String(history.length);
+  chart.dataset.oldest = history.length ? String(history[0].at) : "";
+  const last = history[history.length - 1];
+  $("#history-note").textContent = history.length
+    ? `Recorded by the scheduler every few seconds since ${formatClock(new Date(history[0].at * 1000))}; ` +
+      `the last hour is kept. Latest: ${last.busy} of ${last.total} slots busy, ${formatNumber(last.queued)} waiting, ` +
+      `${formatNumber(history.reduce((n, p) => n + p.granted, 0))} chunks granted in this window.`
+    : "The scheduler has not recorded any round yet.";
+}
+
+async function loadHistory() {
+  const since = history.length ? `&since=${history[history.length - 1].at}` : "";
+  const got = await api(`/api/v1/cluster/history?minutes=${HISTORY_MINUTES}${since}`);
+  history.push(...got.samples);
+  const cutoff = got.now - HISTORY_MINUTES * 60;
+  const stale = history.findIndex((p) => p.at >= cutoff);
+  if (stale > 0) history.splice(0, stale);
+  drawHistory();
+}
+
 function keyOf(r) {
   if (groupBy === "tenant") return r.job === null ? OTHER : r.tenant;
   if (r.job === null) return OTHER;
@@ -106,7 +204,7 @@ function drawOccupancy() {
   Plotly.react("occupancy-chart", traces, baseLayout({
     uirevision: `occupancy-${groupBy}`,
     margin: { l: 48, r: 16, t: 32, b: 40 },
-    xaxis: timeAxis({ automargin: true, nticks: window.innerWidth < 600 ? 4 : 10, ...timeRange() }),
+    xaxis: clockAxis(timeRange()),
     yaxis: valueAxis({ title: { text: "Slots" }, rangemode: "tozero", dtick: 1, tickformat: "d", automargin: true }),
     legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
     showlegend: true,
@@ -128,7 +226,7 @@ function drawLoss() {
   }], baseLayout({
     uirevision: "loss",
     margin: { l: 48, r: 16, t: 8, b: 40 },
-    xaxis: timeAxis({ automargin: true, nticks: window.innerWidth < 600 ? 4 : 10, ...timeRange() }),
+    xaxis: clockAxis(timeRange()),
     yaxis: valueAxis({
       title: { text: "Loss / first loss" },
       automargin: true,
@@ -165,8 +263,11 @@ function renderNow(c) {
   clear(
     $("#cluster-stats"),
     stat("Policy", c.policy, "policy"),
-    stat("Busy slots", `${c.busy_slots} of ${c.total_slots}`, "slots"),
-    stat("Waiting jobs", String((c.queued || []).length), "queued-count"),
+    // Busy and free add up to the live slots: running jobs beyond them (a
+    // dead worker's, until reclaimed) are not counted as busy slots.
+    stat("Busy slots", `${Math.min(c.busy_slots, c.total_slots)} of ${c.total_slots}`, "slots"),
+    stat("Free slots", String(c.free_slots ?? Math.max(c.total_slots - c.busy_slots, 0)), "free-slots"),
+    stat("Waiting jobs", formatNumber(c.queued_total ?? (c.queued || []).length), "queued-count"),
     stat("Mean normalised loss", c.avg_norm_loss === null ? "—" : formatLoss(c.avg_norm_loss), "avg-loss"),
   );
   clear(
@@ -183,7 +284,7 @@ function renderNow(c) {
   clear(
     $("#queue-list"),
     table(
-      "Jobs waiting for a slot, first in line first",
+      "Jobs waiting for a slot, in the order they were queued",
       ["#", "Job", "Tenant", "Why it waits"],
       (c.queued || []).map((q) =>
         h(
@@ -207,7 +308,7 @@ function renderNow(c) {
   );
   const sched = c.scheduler || {};
   $("#scheduler-note").textContent = sched.at
-    ? `Last scheduling round at ${formatClock(new Date(sched.at * 1000))} (${Math.max(0, Math.round(Date.now() / 1000 - sched.at))} s ago): ${sched.runnable ?? "?"} runnable, ${sched.granted ?? "?"} granted, ${sched.free_slots ?? "?"} free slot(s).`
+    ? `Last scheduling round at ${formatClock(new Date(sched.at * 1000))} (${Math.max(0, Math.round(Date.now() / 1000 - sched.at))} s ago): ${formatNumber(sched.runnable ?? 0)} runnable job(s), ${formatNumber(sched.granted ?? 0)} chunk(s) granted.`
     : "The scheduler has not reported a round yet.";
 }
 
@@ -225,6 +326,7 @@ async function sample() {
     if (samples.length > KEEP) samples.splice(0, samples.length - KEEP);
     store();
     renderNow(c);
+    await loadHistory();
     drawOccupancy();
     drawLoss();
     setLive(true);
@@ -258,8 +360,15 @@ function skeleton() {
       h("p", { class: "small subtle", id: "scheduler-note" })),
     h(
       "section",
+      { class: "panel", "aria-labelledby": "history-title" },
+      h("h2", { id: "history-title" }, "Slots and queue, last hour"),
+      h("div", { id: "history-chart", class: "chart", role: "img", "aria-label": "Busy and live slots and waiting jobs over the last hour" }),
+      h("p", { class: "small subtle", id: "history-note" }),
+    ),
+    h(
+      "section",
       { class: "panel", "aria-labelledby": "occ-title" },
-      h("div", { class: "page-head" }, h("h2", { id: "occ-title" }, "Slot occupancy"),
+      h("div", { class: "page-head" }, h("h2", { id: "occ-title" }, "Who holds the slots"),
         h("div", { class: "field" }, h("label", { for: "group-by", class: "visually-hidden" }, "Group slots"), group)),
       h("div", { id: "occupancy-chart", class: "chart", role: "img", "aria-label": "Busy slots over time, stacked by job or tenant" }),
       h("p", { class: "small subtle" }, isAdmin
@@ -293,6 +402,7 @@ async function main() {
   samples = loadStored();
   skeleton();
   onThemeChange(() => {
+    drawHistory();
     drawOccupancy();
     drawLoss();
   });

@@ -15,12 +15,14 @@ import {
   notice,
 } from "../dom.js";
 import { startPage } from "../layout.js";
+import { refreshTrainerCode, trainerCodeSection } from "../trainer-code.js";
 
 const MAX_BYTES = 20 * 1024 * 1024;
 const TASK_HELP = {
   classification: "Predict a class; the label column may hold text (class names).",
   regression: "Predict a number; the label column must be numeric.",
   clustering: "Group similar rows; every column is a feature and there is no label.",
+  text: "Train a character-level language model: a UTF-8 text file (.txt) of 200 characters to 5 MB.",
 };
 
 let me = null;
@@ -96,7 +98,7 @@ function uploadForm() {
   });
   task.addEventListener("change", () => {
     $("#ds-task-help").textContent = TASK_HELP[task.value];
-    label.disabled = task.value === "clustering";
+    label.disabled = task.value === "clustering" || task.value === "text";
   });
   const form = h(
     "form",
@@ -165,7 +167,7 @@ async function onUpload(event) {
   body.append("file", file, file.name);
   body.append("name", name);
   body.append("task", task);
-  if (task !== "clustering" && label) body.append("label", label);
+  if (task !== "clustering" && task !== "text" && label) body.append("label", label);
   const button = $("#upload-button");
   button.disabled = true;
   showProgress(0, file.size);
@@ -302,6 +304,15 @@ async function showPreview(id) {
     return;
   }
   $("#preview-title").textContent = `Preview of ${preview.name}`;
+  if (preview.text != null) {
+    clear(
+      box,
+      h("p", { class: "small subtle" }, `The beginning of ${formatNumber(preview.total_rows)} characters of text.`),
+      h("pre", { class: "text-preview", id: "preview-text" }, preview.text),
+    );
+    section.scrollIntoView({ block: "nearest" });
+    return;
+  }
   const cell = (value, column) =>
     h("td", { class: column.type === "class" ? null : "num" }, column.type === "class" ? String(value) : formatValue(value));
   clear(
@@ -382,6 +393,11 @@ async function main() {
       h("div", { id: "preview" }),
     ),
   );
+  const code = trainerCodeSection(me);
+  if (code) {
+    $("#datasets-root").appendChild(code);
+    refreshTrainerCode();
+  }
   await loadList();
 }
 

@@ -2,7 +2,9 @@
 // Plotly.extendTraces; the user's zoom survives thanks to uirevision; a log
 // axis once the losses span orders of magnitude), the predicted curve with
 // its band, a running-vs-waiting timeline, the scheduler's reason, controls,
-// downloads (loss history, the trained model) and the job's error.
+// downloads (loss history, the trained model) and the job's error. Metrics
+// beyond the loss (job-metrics.js): the held-out loss on the loss chart, the
+// others in a chart beside it, refreshed on the job's events like the rest.
 
 import { api, ApiError, fetchFile } from "../api.js";
 import {
@@ -32,6 +34,7 @@ import {
   TERMINAL,
   throttle,
 } from "../dom.js";
+import { drawMetricsChart, evalLoss, evalLossTrace } from "../job-metrics.js";
 import { startPage } from "../layout.js";
 import { showState, subscribe } from "../live.js";
 import { datasetLabel, loadUploads, uploadId } from "../uploads.js";
@@ -41,6 +44,8 @@ const HISTORY_POINTS = 2000;
 const MAX_CHART_POINTS = 20000;
 const DOWNLOAD_POINTS = 100000;
 const POLL_MS = 10000;
+const EXPLAIN_RETRY_MS = 1500;
+const EXPLAIN_RETRIES = 3;
 
 // Latency probe for tests/bench: one sample per live point, browser wall time.
 window.__slaqLatency = [];
@@ -61,9 +66,10 @@ const state = {
   allPositive: true,
   showPrediction: true,
   decisions: [],
+  metrics: null,
 };
 
-const TRACE = { loss: 0, low: 1, high: 2, predicted: 3 };
+const TRACE = { loss: 0, low: 1, high: 2, predicted: 3, evalLoss: 4 };
 
 // ---- rendering the page frame ----
 
@@ -105,29 +111,40 @@ function skeleton(root) {
       h("h2", { id: "stats-title", class: "visually-hidden" }, "Progress"),
       h("dl", { class: "stats", id: "job-stats" })),
     h(
-      "section",
-      { class: "panel", "aria-labelledby": "chart-title" },
+      "div",
+      { class: "grid-2" },
       h(
-        "div",
-        { class: "page-head" },
-        h("h2", { id: "chart-title" }, "Loss"),
-        h("span", { class: "live-dot", id: "stream-live", "data-state": "off" }, "Not live"),
-      ),
-      h(
-        "div",
-        { class: "chart-tools" },
-        h("label", { class: "inline-check", for: "log-scale" }, logToggle, "Log scale"),
-        h("label", { class: "inline-check", for: "show-prediction" }, predToggle, "Show prediction"),
+        "section",
+        { class: "panel", "aria-labelledby": "chart-title" },
         h(
           "div",
-          { class: "btn-row" },
-          h("button", { type: "button", class: "btn btn-quiet", id: "download-csv", onClick: () => downloadHistory("csv") }, "Download CSV"),
-          h("button", { type: "button", class: "btn btn-quiet", id: "download-json", onClick: () => downloadHistory("json") }, "Download JSON"),
+          { class: "page-head" },
+          h("h2", { id: "chart-title" }, "Loss"),
+          h("span", { class: "live-dot", id: "stream-live", "data-state": "off" }, "Not live"),
         ),
+        h(
+          "div",
+          { class: "chart-tools" },
+          h("label", { class: "inline-check", for: "log-scale" }, logToggle, "Log scale"),
+          h("label", { class: "inline-check", for: "show-prediction" }, predToggle, "Show prediction"),
+          h(
+            "div",
+            { class: "btn-row" },
+            h("button", { type: "button", class: "btn btn-quiet", id: "download-csv", onClick: () => downloadHistory("csv") }, "Download CSV"),
+            h("button", { type: "button", class: "btn btn-quiet", id: "download-json", onClick: () => downloadHistory("json") }, "Download JSON"),
+          ),
+        ),
+        h("div", { id: "loss-chart", class: "chart", role: "img", "aria-label": "Loss by iteration, with the validation loss and the predicted curve" }),
+        h("p", { id: "chart-note", class: "small subtle", "aria-live": "polite" }),
+        h("p", { id: "prediction-note", class: "small subtle" }),
       ),
-      h("div", { id: "loss-chart", class: "chart", role: "img", "aria-label": "Loss by iteration, with the predicted curve" }),
-      h("p", { id: "chart-note", class: "small subtle", "aria-live": "polite" }),
-      h("p", { id: "prediction-note", class: "small subtle" }),
+      h(
+        "section",
+        { class: "panel", "aria-labelledby": "metrics-title" },
+        h("div", { class: "page-head" }, h("h2", { id: "metrics-title" }, "Other metrics")),
+        h("div", { id: "metrics-chart", class: "chart", role: "img", "aria-label": "Training and validation metrics other than the loss, by iteration" }),
+        h("p", { id: "metrics-note", class: "small subtle", "aria-live": "polite" }),
+      ),
     ),
     h(
       "section",
@@ -140,7 +157,8 @@ function skeleton(root) {
       "div",
       { class: "grid-2" },
       h("section", { class: "panel", "aria-labelledby": "spec-title" },
-        h("h2", { id: "spec-title" }, "Specification"), h("dl", { class: "kv", id: "job-spec" })),
+        h("h2", { id: "spec-title" }, "Specification"), h("dl", { class: "kv", id: "job-spec" }),
+        h("div", { id: "trainer-output-box" })),
       h("section", { class: "panel", "aria-labelledby": "decisions-title" },
         h("h2", { id: "decisions-title" }, "Scheduler decisions"), h("div", { id: "job-decisions" })),
     ),
@@ -182,20 +200,45 @@ function renderJob() {
     clear(outcome);
   }
 
-  const reasonBox = $("#scheduler-reason");
-  let reasonText = null;
-  if (job.status === "queued") {
-    reasonText = [
-      h("strong", {}, job.queue_position ? `Waiting: #${job.queue_position} in the queue. ` : "Waiting for a slot. "),
-      job.scheduler_reason || "The scheduler has not granted it a slot yet.",
-    ];
-  } else if (job.status === "running") {
-    reasonText = [h("strong", {}, "Running. "), job.scheduler_reason ? `Scheduler: ${job.scheduler_reason}` : ""];
-  } else if (job.status === "paused") {
-    reasonText = [h("strong", {}, "Paused. "), "It keeps its checkpoint; resume to put it back in the queue."];
+  // Uploaded trainer code's own prints: where its author looks first when
+  // the job fails (shown open then) or behaves oddly.
+  const printed = job.trainer_output || "";
+  const box = $("#trainer-output-box");
+  if (!printed) clear(box);
+  else if (!$("#trainer-output") || $("#trainer-output").textContent !== printed) {
+    clear(box, h("details", { open: job.status === "failed" },
+      h("summary", {}, "Trainer output (last chunk)"),
+      h("pre", { class: "mono small", id: "trainer-output" }, printed)));
   }
-  if (reasonText) clear(reasonBox, h("div", { class: "notice notice-info", "data-testid": "scheduler-reason" }, reasonText));
-  else clear(reasonBox);
+
+  // One plain summary from the server (what it waits for, its place, roughly
+  // when); the scheduler's technical reason only on demand. A finished job's
+  // ending is told by the outcome box above, never by its last rank.
+  const reasonBox = $("#scheduler-reason");
+  const explanation = job.explanation;
+  if (job.status !== "queued" || (explanation && explanation.position !== null)) state.explainRetries = 0;
+  else if (!state.explainTimer && (state.explainRetries || 0) < EXPLAIN_RETRIES) {
+    // Just queued: the scheduler places it within a second or so; ask again
+    // then, as no event says when it has (a few times: far back in a huge
+    // queue it may stay unplaced, and the slow poll covers that).
+    state.explainRetries = (state.explainRetries || 0) + 1;
+    state.explainTimer = setTimeout(() => {
+      state.explainTimer = null;
+      if (state.job.status === "queued") refreshJob();
+    }, EXPLAIN_RETRY_MS);
+  }
+  if (explanation && !TERMINAL.has(job.status)) {
+    clear(reasonBox, h(
+      "div",
+      { class: "notice notice-info" },
+      h("span", { "data-testid": "scheduler-reason" }, explanation.summary),
+      explanation.detail
+        ? h("details", { class: "why", "data-testid": "reason-detail" },
+          h("summary", {}, "Why?"),
+          h("p", { class: "small mono" }, explanation.detail))
+        : null,
+    ));
+  } else clear(reasonBox);
 
   const stat = (label, value, testid, cls) =>
     h("div", { class: cls }, h("dt", {}, label), h("dd", testid ? { "data-testid": testid } : {}, value));
@@ -210,6 +253,8 @@ function renderJob() {
     stat("Chunks run", formatNumber(job.chunks_run)),
     // A finished job's last grant predicted a gain it no longer has ahead of it.
     stat("Predicted gain", job.predicted_gain === null || TERMINAL.has(job.status) ? "—" : formatLoss(job.predicted_gain)),
+    stat("Scheduled on", job.quality_metric, "quality-metric"),
+    ...lastEvalStats(job, stat),
   );
 
   const kv = [];
@@ -222,12 +267,18 @@ function renderJob() {
   add("Parameters", paramText(job.params));
   if (Object.keys(job.dataset_params || {}).length) add("Dataset parameters", paramText(job.dataset_params));
   add("Seed", String(job.seed));
+  add("Evaluation", job.eval_every > 0
+    ? `on the held-out split every ${formatNumber(job.eval_every)} iterations`
+    : "off (eval_every 0)");
+  add("Quality metric", job.quality_metric === "val_loss"
+    ? "val_loss: the scheduler and the loss target follow the held-out loss"
+    : "loss: the scheduler and the loss target follow the training loss");
   const s = job.stopping;
   add(
     "Stopping",
     [
       `at most ${formatNumber(s.max_iterations)} iterations`,
-      s.target_loss !== null ? `loss ≤ ${formatLoss(s.target_loss)}` : null,
+      s.target_loss !== null ? `${job.quality_metric} ≤ ${formatLoss(s.target_loss)}` : null,
       s.tolerance !== null ? `relative change < ${formatLoss(s.tolerance)} over ${formatNumber(s.window)} iterations` : "no convergence test",
     ].filter(Boolean).join("; "),
   );
@@ -235,6 +286,20 @@ function renderJob() {
   add("Started", formatTime(job.started_at));
   add("Finished", formatTime(job.finished_at));
   clear($("#job-spec"), kv);
+}
+
+// The latest evaluation's values (val_loss first), or a word on why there are none.
+function lastEvalStats(job, stat) {
+  const entries = Object.entries(job.last_eval || {})
+    .sort(([a], [b]) => (a === "val_loss" ? -1 : b === "val_loss" ? 1 : a.localeCompare(b)));
+  if (!entries.length) {
+    return [stat("Last evaluation", job.eval_every > 0 ? "none yet" : "off", "last-eval")];
+  }
+  const at = job.last_eval_iteration === null ? "—" : `iteration ${formatNumber(job.last_eval_iteration)}`;
+  return [
+    stat("Last evaluation", at, "last-eval"),
+    ...entries.map(([name, value]) => stat(name, formatLoss(value), `last-eval-${name}`)),
+  ];
 }
 
 function paramText(params) {
@@ -293,7 +358,7 @@ function autoScale() {
 }
 
 function chartLayout() {
-  const empty = state.xs.length === 0;
+  const empty = state.xs.length === 0 && !evalLoss(state.metrics);
   return baseLayout({
     annotations: empty ? emptyNote() : [],
     uirevision: `job-${JOB_ID}`,
@@ -316,8 +381,14 @@ function lossTraces() {
     { x: state.xs.slice(), y: state.ys.slice(), customdata: state.ys.map(formatLoss), hovertemplate: HOVER, type: "scatter", mode: "lines", name: "Loss", line: { color: c.line, width: 2 } },
     { x: [], y: [], type: "scatter", mode: "lines", line: { width: 0 }, hoverinfo: "skip", showlegend: false, visible, name: "low" },
     { x: [], y: [], type: "scatter", mode: "lines", line: { width: 0 }, fill: "tonexty", fillcolor: c.band, hoverinfo: "skip", name: "Prediction band", visible },
-    { x: [], y: [], customdata: [], hovertemplate: HOVER, type: "scatter", mode: "lines", name: "Predicted", line: { color: c.predicted, dash: "dash", width: 2 }, visible },
+    { x: [], y: [], customdata: [], hovertemplate: HOVER, type: "scatter", mode: "lines", name: predictedName(), line: { color: c.predicted, dash: "dash", width: 2 }, visible },
+    evalLossTrace(state.metrics),
   ];
+}
+
+// The scheduler predicts the metric it schedules on.
+function predictedName() {
+  return state.job && state.job.quality_metric !== "loss" ? `Predicted ${state.job.quality_metric}` : "Predicted";
 }
 
 function drawChart() {
@@ -335,6 +406,45 @@ function rethemeCharts() {
   Plotly.react("loss-chart", lossTraces(), chartLayout(), PLOT_CONFIG);
   loadPrediction();
   drawTimeline();
+  drawMetrics();
+}
+
+// ---- metrics beyond the loss ----
+
+const refreshMetrics = throttle(loadMetrics, 2000);
+
+async function loadMetrics() {
+  try {
+    state.metrics = await api(`/api/v1/jobs/${JOB_ID}/metrics?max_points=${HISTORY_POINTS}`);
+  } catch (err) {
+    $("#metrics-note").textContent = `The metrics could not be loaded (${err.message}).`;
+    return;
+  }
+  if (!state.chartReady) return;
+  const val = evalLossTrace(state.metrics);
+  Plotly.restyle("loss-chart", { x: [val.x], y: [val.y], customdata: [val.customdata], mode: [val.mode] }, [TRACE.evalLoss]);
+  if (val.x.length) {
+    Plotly.relayout("loss-chart", { "xaxis.visible": true, "yaxis.visible": true, annotations: [] });
+  }
+  drawMetrics();
+}
+
+function drawMetrics() {
+  if (!state.chartReady || !state.metrics) return;
+  const job = state.job;
+  const waiting = job.eval_every > 0
+    ? `No other metrics yet: held-out metrics every ${formatNumber(job.eval_every)} iterations`
+    : "This job records no other metrics";
+  // The chart says it briefly (a phone-wide chart cuts long text); the note
+  // below says when to expect them.
+  const series = drawMetricsChart("metrics-chart", state.metrics,
+    job.eval_every > 0 ? "No other metrics yet" : "No other metrics");
+  const evals = state.metrics.eval.val_loss || state.metrics.eval.loss;
+  const parts = [];
+  if (series.length) parts.push(`${series.map((s) => s.label).join(", ")} by iteration; held-out metrics dashed.`);
+  else parts.push(`${waiting}.`);
+  if (evals) parts.push(`val_loss: ${formatNumber(evals.total_points)} evaluations, drawn on the loss chart.`);
+  $("#metrics-note").textContent = parts.join(" ");
 }
 
 function chartNote() {
@@ -358,7 +468,7 @@ function appendPoints(points) {
   const ys = fresh.map((p) => p[1]);
   for (const x of xs) window.__slaqLatency.push({ job_id: JOB_ID, iteration: x, at: now });
   if (window.__slaqLatency.length > 50000) window.__slaqLatency.splice(0, 10000);
-  if (state.xs.length === 0) {
+  if (state.xs.length === 0 && !evalLoss(state.metrics)) {
     Plotly.relayout("loss-chart", { "xaxis.visible": true, "yaxis.visible": true, annotations: [] });
   }
   state.xs.push(...xs);
@@ -430,10 +540,12 @@ async function loadPrediction() {
   }
   const pts = prediction.points || [];
   if (!pts.length) {
-    note.textContent = "The predicted curve appears once the job has a few loss points.";
+    note.textContent = state.job.quality_metric === "loss"
+      ? "The predicted curve appears once the job has a few loss points."
+      : `The predicted ${state.job.quality_metric} curve appears once the job has a few evaluations.`;
   } else {
     const last = pts[pts.length - 1];
-    note.textContent = `Predicted loss at iteration ${formatNumber(last.iteration)}: ${formatLoss(last.loss)} (band ${formatLoss(last.low)} – ${formatLoss(last.high)}).`;
+    note.textContent = `Predicted ${state.job.quality_metric} at iteration ${formatNumber(last.iteration)}: ${formatLoss(last.loss)} (band ${formatLoss(last.low)} – ${formatLoss(last.high)}).`;
   }
   const xs = pts.map((p) => p.iteration);
   const customdata = pts.map((p) => `${formatLoss(p.loss)} (band ${formatLoss(p.low)} – ${formatLoss(p.high)})`);
@@ -625,6 +737,7 @@ async function catchUp() {
     if (it > state.lastIteration) missing.push([it, history.losses[i]]);
   });
   if (missing.length) appendPoints(missing);
+  await loadMetrics();
 }
 
 async function refreshJob() {
@@ -641,34 +754,19 @@ async function refreshJob() {
 
 const refreshJobSoon = throttle(refreshJob, 700);
 
+// The server joins the loss and every metric into one table: a row per
+// iteration, a column per metric (val_* empty between evaluations).
 async function downloadHistory(kind) {
   const message = $("#control-message");
-  let history;
   try {
-    history = await api(`/api/v1/jobs/${JOB_ID}/losses?max_points=${DOWNLOAD_POINTS}`);
+    const { blob, filename } = await fetchFile(`/api/v1/jobs/${JOB_ID}/export?format=${kind}&max_points=${DOWNLOAD_POINTS}`, `job-${JOB_ID}-losses.${kind}`);
+    download(filename, blob);
   } catch (err) {
-    clear(message, notice("error", `Could not download the loss history: ${err.message}`));
+    clear(message, notice("error", `Could not download the history: ${err.message}`));
     return;
   }
-  const base = `job-${JOB_ID}-losses`;
-  if (kind === "csv") {
-    const lines = ["iteration,loss", ...history.iterations.map((it, i) => `${it},${history.losses[i]}`)];
-    download(`${base}.csv`, `${lines.join("\n")}\n`, "text/csv");
-  } else {
-    const job = state.job;
-    const doc = {
-      job_id: JOB_ID,
-      name: job.name,
-      algorithm: job.algorithm,
-      dataset: job.dataset,
-      total_points: history.total_points,
-      downsampled: history.downsampled,
-      points: history.iterations.map((it, i) => ({ iteration: it, loss: history.losses[i] })),
-    };
-    download(`${base}.json`, JSON.stringify(doc, null, 2), "application/json");
-  }
-  if (history.downsampled) {
-    clear(message, notice("info", `The history has ${formatNumber(history.total_points)} points; the download holds a downsample of ${formatNumber(history.iterations.length)}.`));
+  if (state.job.iterations_done > DOWNLOAD_POINTS) {
+    clear(message, notice("info", `The job has ${formatNumber(state.job.iterations_done)} iterations; the download holds a downsample of at most ${formatNumber(DOWNLOAD_POINTS)} points per metric.`));
   }
 }
 
@@ -706,11 +804,14 @@ async function main() {
   }
   skeleton(root);
   renderJob();
+  // Not fatal: the loss chart draws without them and they are retried live.
+  await loadMetrics();
   if (typeof Plotly === "undefined") {
     clear($("#loss-chart"), notice("error", "The chart library did not load."));
     return;
   }
   drawChart();
+  drawMetrics();
   onThemeChange(rethemeCharts);
   chartNote();
   loadPrediction();
@@ -725,10 +826,14 @@ async function main() {
       if (event.job_id !== JOB_ID) return;
       refreshJobSoon();
       refreshDecisions();
+      refreshMetrics();
     },
   });
   const poll = () => {
-    if (document.visibilityState === "visible" && !TERMINAL.has(state.job.status)) refreshJob();
+    if (document.visibilityState === "visible" && !TERMINAL.has(state.job.status)) {
+      refreshJob();
+      refreshMetrics();
+    }
     setTimeout(poll, POLL_MS);
   };
   setTimeout(poll, POLL_MS);

@@ -1,5 +1,5 @@
 // Jobs page: the tenant's jobs with status, progress, loss, a sparkline and,
-// for waiting jobs, queue position and the scheduler's reason. Filter by
+// for waiting jobs, what they wait for in plain words (the server's explanation). Filter by
 // status, paginate, and stay live (SSE job events + a slow poll).
 
 import { api } from "../api.js";
@@ -25,6 +25,8 @@ const PAGE_SIZES = [10, 20, 50, 100];
 const SLOW_POLL_MS = 15000;
 const FAST_POLL_MS = 5000;
 const SPARK_POINTS = 50;
+// A job queued a moment ago is placed by the scheduler within about a second.
+const EXPLAIN_RETRY_MS = 1500;
 
 const state = {
   status: "",
@@ -35,6 +37,7 @@ const state = {
   sparks: new Map(), // job id -> {iterations, losses}
   live: "off",
   loading: null,
+  selected: new Set(), // job ids ticked for the compare view
 };
 
 function readUrl() {
@@ -55,21 +58,18 @@ function writeUrl() {
   window.history.pushState(null, "", query ? `/jobs?${query}` : "/jobs");
 }
 
-function waitingCell(job, position, reason) {
-  if (job.status === "queued") {
-    return [
-      position ? h("strong", {}, `#${position} in queue`) : h("strong", {}, "Waiting"),
-      h("div", { class: "reason" }, reason || job.scheduler_reason || "waiting for a free slot"),
-    ];
-  }
-  if (job.status === "running") {
-    return job.scheduler_reason ? h("div", { class: "reason" }, job.scheduler_reason) : null;
-  }
-  if (job.status === "failed") {
-    return h("div", { class: "reason" }, job.error || job.end_reason || "failed");
-  }
-  if (job.status === "paused") return h("div", { class: "reason" }, "paused by a user");
-  return job.end_reason ? h("div", { class: "reason" }, job.end_reason) : null;
+/** The server's plain account of the job, with the technical reason behind "Why?". */
+function waitingCell(job) {
+  const explanation = job.explanation;
+  if (!explanation) return null;
+  return h(
+    "div",
+    { class: "reason", "data-testid": "job-explanation" },
+    explanation.summary,
+    explanation.detail && !TERMINAL.has(job.status)
+      ? h("details", { class: "why" }, h("summary", {}, "Why?"), h("span", { class: "small mono" }, explanation.detail))
+      : null,
+  );
 }
 
 function sparkCell(job) {
@@ -78,10 +78,53 @@ function sparkCell(job) {
   return sparkline(cached.losses, `Loss trend of job ${job.id}`);
 }
 
-function rowFor(job, queue = {}) {
+// ---- choosing runs to compare ----
+
+function compareLabel() {
+  const n = state.selected.size;
+  return n ? `Compare ${n} selected` : "Compare";
+}
+
+function syncCompare() {
+  const button = $("#compare-selected");
+  if (!button) return;
+  button.disabled = state.selected.size < 2;
+  button.textContent = compareLabel();
+}
+
+function selectCell(job) {
+  const box = h("input", {
+    type: "checkbox",
+    class: "select-job",
+    "aria-label": `Select job ${job.id} to compare`,
+    checked: state.selected.has(job.id),
+  });
+  box.addEventListener("change", () => {
+    if (box.checked) state.selected.add(job.id);
+    else state.selected.delete(job.id);
+    syncCompare();
+  });
+  return h("td", { "data-label": "Compare", class: "select-cell" }, box);
+}
+
+function compareButton() {
+  const button = h(
+    "button",
+    { type: "button", class: "btn", id: "compare-selected", disabled: state.selected.size < 2,
+      title: "Tick two or more jobs to see their curves and parameters side by side" },
+    compareLabel(),
+  );
+  button.addEventListener("click", () => {
+    window.location.assign(`/compare?jobs=${[...state.selected].sort((a, b) => a - b).join(",")}`);
+  });
+  return button;
+}
+
+function rowFor(job) {
   const tr = h(
     "tr",
     { dataset: { jobId: String(job.id), status: job.status } },
+    selectCell(job),
     h(
       "td",
       { "data-label": "Job" },
@@ -107,7 +150,7 @@ function rowFor(job, queue = {}) {
     h(
       "td",
       { "data-label": "Details" },
-      waitingCell(job, queue.position ?? job.queue_position, queue.reason),
+      waitingCell(job),
     ),
   );
   return tr;
@@ -129,26 +172,13 @@ async function loadSpark(job) {
   }
 }
 
-function replaceRow(job, queue) {
+function replaceRow(job) {
   const entry = state.rows.get(job.id);
   if (!entry) return;
-  const tr = rowFor(job, queue);
+  const tr = rowFor(job);
   entry.tr.replaceWith(tr);
   if (entry.job.status !== job.status) tr.classList.add("flash");
   state.rows.set(job.id, { job, tr });
-}
-
-async function queueInfo() {
-  try {
-    const cluster = await api("/api/v1/cluster");
-    const map = new Map();
-    for (const q of cluster.queued || []) {
-      if (q.job_id !== null) map.set(q.job_id, { position: q.position, reason: q.reason });
-    }
-    return map;
-  } catch {
-    return new Map();
-  }
 }
 
 function renderToolbar() {
@@ -182,6 +212,7 @@ function renderToolbar() {
     { class: "toolbar" },
     h("div", { class: "field" }, h("label", { for: "status-filter" }, "Status"), select),
     h("div", { class: "field" }, h("label", { for: "page-size" }, "Page size"), size),
+    h("div", { class: "field" }, compareButton()),
     h("span", { class: "live-dot", id: "jobs-live", "data-state": state.live }, ""),
   );
 }
@@ -247,9 +278,8 @@ async function load({ quiet = false } = {}) {
   const token = {};
   state.loading = token;
   let page;
-  let queue;
   try {
-    [page, queue] = await Promise.all([api(`/api/v1/jobs?${params}`), queueInfo()]);
+    page = await api(`/api/v1/jobs?${params}`);
   } catch (err) {
     if (state.loading !== token) return;
     if (quiet) return; // keep showing what we have; the next poll tries again
@@ -281,7 +311,7 @@ async function load({ quiet = false } = {}) {
   } else {
     const tbody = h("tbody");
     for (const job of page.items) {
-      const tr = rowFor(job, queue.get(job.id));
+      const tr = rowFor(job);
       state.rows.set(job.id, { job, tr });
       tbody.appendChild(tr);
     }
@@ -298,6 +328,7 @@ async function load({ quiet = false } = {}) {
           h(
             "tr",
             {},
+            h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Select to compare")),
             ["Job", "Status", "Progress", "Loss", "Trend", "Details"].map((label) =>
               h("th", { scope: "col", class: label === "Loss" ? "num" : null }, label),
             ),
@@ -309,6 +340,7 @@ async function load({ quiet = false } = {}) {
   }
   clear(root, body, page.items.length ? renderPager() : null);
   if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+  followUnplaced();
 }
 
 // ---- live updates ----
@@ -348,13 +380,8 @@ async function refreshRows() {
   }
   // Queue positions of the other waiting rows may have moved too.
   const waiting = [...state.rows.values()].filter((r) => r.job.status === "queued");
-  if (waiting.length && !anyQueued) {
-    const queue = await queueInfo();
-    for (const { job } of waiting) {
-      const q = queue.get(job.id);
-      if (q) replaceRow(job, q);
-    }
-  }
+  if (waiting.length && !anyQueued) scheduleReload();
+  else followUnplaced();
 }
 
 function onJobEvent(event) {
@@ -371,6 +398,16 @@ function onJobEvent(event) {
   } else if (state.offset === 0 && (!state.status || state.status === event.status)) {
     scheduleReload(); // a new job or one that now matches the filter
   }
+}
+
+/** A queued row the scheduler has not placed yet: ask again once it has (no event says so). */
+function followUnplaced() {
+  const unplaced = [...state.rows.values()].some(
+    ({ job }) => job.status === "queued" && job.explanation && job.explanation.position === null,
+  );
+  // A few times only: far back in a huge queue a job may stay unplaced.
+  state.unplacedRetries = unplaced ? (state.unplacedRetries || 0) + 1 : 0;
+  if (unplaced && state.unplacedRetries <= 3) scheduleReload(EXPLAIN_RETRY_MS);
 }
 
 function setLive(value) {

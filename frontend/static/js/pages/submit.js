@@ -6,117 +6,32 @@
 // picks an upload.
 
 import { api, ApiError, fieldErrors } from "../api.js";
-import { $, clear, formatNumber, h, notice } from "../dom.js";
+import { $, clear, h, notice } from "../dom.js";
 import { startPage } from "../layout.js";
-import { datasetLabel, hasDefaultName, loadUploads, uploadId } from "../uploads.js";
+import {
+  algorithmOptions as sharedAlgorithmOptions,
+  compatibleDatasets as sharedCompatibleDatasets,
+  datasetOptions,
+  EVALUATION_FIELDS,
+  FieldSet,
+  loadCatalog,
+  parseValue,
+  STOPPING_FIELDS,
+} from "../form-fields.js";
+import { datasetLabel, hasDefaultName, uploadId } from "../uploads.js";
 
 const INT32_MAX = 2 ** 31 - 1;
 
 // Field specs, keyed like the server's error locations ("params.l2").
-const fields = new Map(); // key -> {spec, input, error}
+const form = new FieldSet();
+const fields = form.fields; // key -> {spec, input, error}
 let catalog = { algorithms: [], datasets: [] };
 
-function idFor(key) {
-  return `f-${key.replace(/[^a-zA-Z0-9_-]/g, "-")}`;
-}
-
-/** "learning_rate" -> "Learning rate"; "l2" -> "L2". */
-function humanize(name) {
-  const words = String(name).split("_").join(" ");
-  return words.charAt(0).toUpperCase() + words.slice(1);
-}
-
-function describeRange(spec) {
-  const parts = [];
-  const lo = spec.minimum;
-  const hi = spec.maximum;
-  const lowOp = spec.exclusiveMinimum ? ">" : "≥";
-  const highOp = spec.exclusiveMaximum ? "<" : "≤";
-  if (lo !== null && lo !== undefined && hi !== null && hi !== undefined) {
-    parts.push(`${lowOp} ${lo} and ${highOp} ${hi}`);
-  } else if (lo !== null && lo !== undefined) parts.push(`${lowOp} ${lo}`);
-  else if (hi !== null && hi !== undefined) parts.push(`${highOp} ${hi}`);
-  if (spec.type === "int") parts.push("whole number");
-  if (spec.log_scale) parts.push("log scale");
-  return parts.length ? ` (${parts.join(", ")})` : "";
-}
-
-/** One labelled input for a schema entry: {name, type, default, minimum, maximum, choices, help}. */
-function fieldFor(key, spec) {
-  const id = idFor(key);
-  const helpId = `${id}-help`;
-  const errorId = `${id}-error`;
-  let input;
-  if (spec.type === "choice") {
-    input = h(
-      "select",
-      { id, name: key, "aria-describedby": `${helpId} ${errorId}` },
-      (spec.choices || []).map((c) => h("option", { value: c }, c)),
-    );
-    if (spec.default !== null && spec.default !== undefined) input.value = String(spec.default);
-  } else {
-    input = h("input", {
-      id,
-      name: key,
-      type: "text",
-      inputmode: spec.type === "int" ? "numeric" : "decimal",
-      autocomplete: "off",
-      spellcheck: "false",
-      "aria-describedby": `${helpId} ${errorId}`,
-      placeholder: spec.optional && spec.type !== "text" ? "none" : null,
-    });
-    input.value = spec.default === null || spec.default === undefined ? "" : String(spec.default);
-  }
-  if (!spec.optional && spec.type !== "choice") input.setAttribute("aria-required", "true");
-  const error = h("span", { class: "field-error", id: errorId });
-  input.addEventListener("change", () => showError(key, validateField(key)));
-  fields.set(key, { spec, input, error });
-  const label = spec.label || humanize(spec.name);
-  return h(
-    "div",
-    { class: "field" },
-    h("label", { for: id }, label, spec.optional ? h("span", { class: "subtle" }, " (optional)") : null),
-    input,
-    h("span", { class: "help", id: helpId }, `${spec.help || ""}${describeRange(spec)}`.trim()),
-    error,
-  );
-}
-
-function parseValue(spec, raw) {
-  const text = raw.trim();
-  if (spec.type === "choice" || spec.type === "text") return { value: text };
-  if (text === "") return spec.optional ? { value: null } : { error: "Enter a value." };
-  const n = Number(text);
-  if (!Number.isFinite(n)) return { error: "Enter a number." };
-  if (spec.type === "int" && !Number.isInteger(n)) return { error: "Enter a whole number." };
-  const lo = spec.minimum;
-  const hi = spec.maximum;
-  const tooLow =
-    lo !== null && lo !== undefined && (spec.exclusiveMinimum ? n <= lo : n < lo);
-  const tooHigh =
-    hi !== null && hi !== undefined && (spec.exclusiveMaximum ? n >= hi : n > hi);
-  if (tooLow || tooHigh) return { error: `Must be${describeRange({ ...spec, log_scale: false, type: "" })}.` };
-  return { value: n };
-}
-
-function validateField(key) {
-  const f = fields.get(key);
-  if (!f) return "";
-  const parsed = parseValue(f.spec, f.input.value);
-  return parsed.error || "";
-}
-
-function showError(key, message) {
-  const f = fields.get(key);
-  if (!f) return false;
-  f.error.textContent = message || "";
-  if (message) f.input.setAttribute("aria-invalid", "true");
-  else f.input.removeAttribute("aria-invalid");
-  return true;
-}
+const fieldFor = (key, spec) => form.field(key, spec);
+const showError = (key, message) => form.showError(key, message);
 
 function clearErrors() {
-  for (const key of fields.keys()) showError(key, "");
+  form.clearErrors();
   clear($("#form-message"));
 }
 
@@ -131,7 +46,7 @@ function dataset() {
 }
 
 function dropFields(prefix) {
-  for (const key of [...fields.keys()]) if (key.startsWith(prefix)) fields.delete(key);
+  form.drop(prefix);
 }
 
 function renderParams(container, prefix, params, values = {}) {
@@ -150,33 +65,25 @@ function renderParams(container, prefix, params, values = {}) {
 }
 
 function compatibleDatasets(algo) {
-  const tasks = new Set(algo ? algo.tasks : []);
-  return catalog.datasets.filter((d) => (d.tasks || []).some((t) => tasks.has(t)));
+  return sharedCompatibleDatasets(catalog, algo);
 }
 
-function datasetOptions(options) {
-  const option = (d) => h("option", { value: d.name }, d.title || d.name);
-  const uploads = options.filter((d) => d.upload);
-  const builtIn = options.filter((d) => !d.upload);
-  if (!uploads.length) return builtIn.map(option);
-  return [
-    h("optgroup", { label: "Your uploads" }, uploads.map(option)),
-    h("optgroup", { label: "Built-in" }, builtIn.map(option)),
-  ];
+function algorithmOptions() {
+  return sharedAlgorithmOptions(catalog);
 }
 
-/** An upload as the catalog describes a dataset (uploads take no parameters). */
-function uploadEntry(d) {
-  const shape = [`${formatNumber(d.rows)} rows`, `${formatNumber(d.columns)} features`];
-  if (d.n_classes) shape.push(`${formatNumber(d.n_classes)} classes`);
-  return {
-    name: d.dataset,
-    title: `${d.name} (uploaded)`,
-    description: `Your uploaded ${d.task} CSV: ${shape.join(", ")}.`,
-    tasks: d.tasks,
-    params: [],
-    upload: true,
-  };
+/** Uploaded code declares its parameters itself: they are sent as a JSON object. */
+function renderCodeParams(container, values) {
+  for (const key of [...fields.keys()]) if (key.startsWith("params.")) fields.delete(key);
+  fields.delete("params_json");
+  const field = fieldFor("params_json", {
+    name: "params_json",
+    label: "Parameters (JSON object)",
+    type: "json",
+    default: JSON.stringify(values || {}),
+    help: "Passed to your trainer's Params model, e.g. {\"learning_rate\": 0.1}.",
+  });
+  clear(container, h("legend", {}, "Algorithm parameters"), h("div", { class: "fields" }, field));
 }
 
 function onAlgorithmChange(values = {}, datasetName = null) {
@@ -191,7 +98,12 @@ function onAlgorithmChange(values = {}, datasetName = null) {
   if (options.some((d) => d.name === keep)) select.value = keep;
   select.disabled = options.length === 0;
   showError("dataset", options.length ? "" : "No dataset suits this algorithm's tasks.");
-  renderParams($("#algo-params"), "params", algo ? algo.params : [], values.params || {});
+  if (algo && algo.code) {
+    renderCodeParams($("#algo-params"), values.params || {});
+  } else {
+    fields.delete("params_json");
+    renderParams($("#algo-params"), "params", algo ? algo.params : [], values.params || {});
+  }
   onDatasetChange(values.dataset_params || {});
 }
 
@@ -203,53 +115,12 @@ function onDatasetChange(values = {}) {
   renderParams($("#dataset-params"), "dataset_params", ds ? ds.params : [], values);
 }
 
-const STOPPING = [
-  {
-    name: "max_iterations",
-    label: "Maximum iterations",
-    type: "int",
-    default: 1000,
-    minimum: 1,
-    maximum: null,
-    help: "Stop after this many iterations; your tenant's per-job limit applies.",
-  },
-  {
-    name: "target_loss",
-    label: "Target loss",
-    type: "float",
-    default: null,
-    optional: true,
-    help: "Stop once the loss is at or below this.",
-  },
-  {
-    name: "tolerance",
-    label: "Convergence tolerance",
-    type: "float",
-    default: 0.0001,
-    minimum: 0,
-    maximum: 1,
-    exclusiveMinimum: true,
-    exclusiveMaximum: true,
-    optional: true,
-    help: "Converged when the relative loss change over the window is below this; empty disables the test.",
-  },
-  {
-    name: "window",
-    label: "Convergence window",
-    type: "int",
-    default: 10,
-    minimum: 1,
-    maximum: 1000,
-    help: "Iterations the convergence test spans.",
-  },
-];
-
 function buildForm(root) {
   fields.clear();
   const algoSelect = h(
     "select",
     { id: "f-algorithm", name: "algorithm", "aria-describedby": "algorithm-description f-algorithm-error" },
-    catalog.algorithms.map((a) => h("option", { value: a.name }, a.title || a.name)),
+    algorithmOptions(),
   );
   const dsSelect = h("select", {
     id: "f-dataset",
@@ -307,7 +178,13 @@ function buildForm(root) {
     "fieldset",
     {},
     h("legend", {}, "Stopping rule"),
-    h("div", { class: "fields" }, STOPPING.map((s) => fieldFor(`stopping.${s.name}`, s))),
+    h("div", { class: "fields" }, STOPPING_FIELDS.map((s) => fieldFor(`stopping.${s.name}`, s))),
+  );
+  const evaluation = h(
+    "fieldset",
+    {},
+    h("legend", {}, "Evaluation"),
+    h("div", { class: "fields" }, EVALUATION_FIELDS.map((s) => fieldFor(s.name, s))),
   );
   const form = h(
     "form",
@@ -316,6 +193,7 @@ function buildForm(root) {
     general,
     h("fieldset", { id: "algo-params", dataset: { legend: "Algorithm parameters" } }),
     h("fieldset", { id: "dataset-params", dataset: { legend: "Dataset parameters" } }),
+    evaluation,
     stopping,
     h(
       "div",
@@ -348,7 +226,12 @@ function fill(job) {
   // A default name ("<algorithm> on <dataset>") is the server's to choose again.
   set("name", hasDefaultName(job) ? "" : `${job.name} (copy)`.slice(0, 200));
   set("seed", job.seed);
-  for (const s of STOPPING) set(`stopping.${s.name}`, job.stopping[s.name]);
+  for (const s of STOPPING_FIELDS) {
+    const value = job.stopping[s.name];
+    // A clone keeps a disabled test disabled, whatever the default would be.
+    set(`stopping.${s.name}`, s.offWord && value === null ? s.offWord : value);
+  }
+  for (const s of EVALUATION_FIELDS) if (job[s.name] !== undefined) set(s.name, job[s.name]);
 }
 
 /** Preselect a dataset (?dataset=...), with the first algorithm that can train it. */
@@ -375,8 +258,11 @@ function collect() {
       errors[key] = parsed.error;
       continue;
     }
+    // An empty field with an "off" word is left out, so the server's default applies.
+    if (parsed.unset && f.spec.offWord) continue;
     const [group, name] = key.includes(".") ? key.split(/\.(.+)/) : [null, key];
-    if (group) body[group][name] = parsed.value;
+    if (key === "params_json") body.params = parsed.value;
+    else if (group) body[group][name] = parsed.value;
     else body[name] = parsed.value;
   }
   if (!body.algorithm) errors.algorithm = "Choose an algorithm.";
@@ -447,14 +333,7 @@ async function main() {
   const me = await startPage("submit");
   const root = $("#submit-root");
   try {
-    const [algorithms, datasets, uploads] = await Promise.all([
-      api("/api/v1/catalog/algorithms"),
-      api("/api/v1/catalog/datasets"),
-      loadUploads(),
-    ]);
-    // Jobs train on their own tenant's uploads only (a platform admin lists every tenant's).
-    const own = uploads.filter((d) => d.tenant_id === me.tenant_id).map(uploadEntry);
-    catalog = { algorithms, datasets: [...own, ...datasets] };
+    catalog = await loadCatalog(me);
   } catch (err) {
     clear(root, notice("error", `Could not load the catalog: ${err.message}`));
     return;
@@ -480,6 +359,10 @@ async function main() {
       clear($("#form-message"), notice("error", `Could not copy job ${cloneId}: ${err.message}`));
       return;
     }
+  }
+  const wantedAlgorithm = new URLSearchParams(window.location.search).get("algorithm");
+  if (wantedAlgorithm && catalog.algorithms.some((a) => a.name === wantedAlgorithm)) {
+    $("#f-algorithm").value = wantedAlgorithm;
   }
   const wanted = new URLSearchParams(window.location.search).get("dataset");
   if (wanted) {

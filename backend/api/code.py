@@ -1,0 +1,170 @@
+"""Tenants' trainer code: upload a Python file, list, inspect, delete.
+
+A job runs uploaded code by naming it ``"code:<id>"`` as its ``algorithm``;
+it runs in a sandbox on the workers (``docs/tenant-code.md``). Uploads are
+refused (403) unless a platform admin allowed them for the tenant. Another
+tenant's code is reported as missing (404).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sqlmodel import col
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+
+from backend.api.deps import CurrentTenant, DbId, SessionDep
+from backend.core.models import Role, TrainerCode, as_utc
+from backend.services import code_uploads
+from backend.services.code_uploads import MAX_CODE_BYTES, CodeUploadError
+
+router = APIRouter(prefix="/api/v1/code", tags=["code"])
+
+MAX_BODY_BYTES = MAX_CODE_BYTES + 64 * 1024
+"""The source plus multipart overhead and the name field."""
+
+
+class CodePublic(BaseModel):
+    id: int
+    algorithm: str = Field(description="What a job spec's `algorithm` field uses: code:<id>")
+    name: str
+    filename: str
+    size: int
+    sha256: str
+    tenant_id: int
+    user_id: int
+    created_at: datetime
+
+
+def _public(row: TrainerCode) -> CodePublic:
+    return CodePublic(id=row.id or 0, algorithm=code_uploads.code_ref(row.id or 0),
+                      name=row.name, filename=row.filename, size=row.size, sha256=row.sha256,
+                      tenant_id=row.tenant_id, user_id=row.user_id,
+                      created_at=as_utc(row.created_at))
+
+
+def _error(exc: CodeUploadError) -> JSONResponse:
+    if exc.status_code == status.HTTP_422_UNPROCESSABLE_ENTITY:
+        detail: Any = [{"loc": ["body", exc.field or "file"], "msg": exc.message,
+                        "type": "value_error"}]
+    else:
+        detail = exc.message
+    return JSONResponse(status_code=exc.status_code, content={"detail": detail})
+
+
+async def _capped_body(request: Request) -> AsyncGenerator[bytes, None]:
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > MAX_BODY_BYTES:
+            raise CodeUploadError(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+                                  f"the upload is over the limit of {MAX_CODE_BYTES // 1024} KiB")
+        yield chunk
+
+
+_UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"multipart/form-data": {"schema": {
+            "type": "object",
+            "required": ["file"],
+            "properties": {
+                "file": {"type": "string", "format": "binary",
+                         "description": f"One UTF-8 Python file (.py), at most "
+                         f"{MAX_CODE_BYTES // 1024} KiB, defining one subclass of "
+                         "slaq_trainer.Trainer"},
+                "name": {"type": "string", "maxLength": code_uploads.MAX_NAME_LENGTH,
+                         "description": "Unique within your tenant; default the file name"},
+            },
+        }}},
+    },
+}
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=CodePublic,
+             openapi_extra=_UPLOAD_BODY,
+             responses={403: {"description": "Code uploads are off for this tenant"},
+                        409: {"description": "Name taken"},
+                        413: {"description": "Over the size limit"},
+                        415: {"description": "Not multipart/form-data"}})
+async def upload_code(request: Request, session: SessionDep,
+                      scope: CurrentTenant) -> CodePublic | JSONResponse:
+    """Upload a trainer (multipart: file, optional name). It is only compiled here,
+    never run; jobs run it sandboxed as ``"algorithm": "code:<id>"``."""
+    try:
+        code_uploads.uploads_allowed(scope.tenant)
+    except CodeUploadError as exc:
+        return _error(exc)
+    content_type = request.headers.get("content-type", "")
+    if not content_type.lower().startswith("multipart/form-data"):
+        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+                            "send multipart/form-data with a file field named 'file'")
+    parser = MultiPartParser(request.headers, _capped_body(request), max_files=1, max_fields=5,
+                             max_part_size=MAX_BODY_BYTES)
+    try:
+        form = await parser.parse()
+    except CodeUploadError as exc:
+        return _error(exc)
+    except MultiPartException as exc:
+        return _error(CodeUploadError(422, f"not a valid multipart body: {exc.message}", "file"))
+    try:
+        file = form.get("file")
+        if not isinstance(file, UploadFile):
+            raise CodeUploadError(422, "attach the source as a file field named 'file'", "file")
+        filename = file.filename or ""
+        name_field = form.get("name")
+        name = name_field if isinstance(name_field, str) and name_field.strip() else (
+            filename.rsplit("/", 1)[-1].removesuffix(".py"))
+        raw = await file.read(MAX_CODE_BYTES + 1)
+        row = await run_in_threadpool(_create, session, scope, filename, name, raw)
+    except CodeUploadError as exc:
+        return _error(exc)
+    finally:
+        await form.close()
+    return _public(row)
+
+
+def _create(session: SessionDep, scope: CurrentTenant, filename: str, name: str,
+            raw: bytes) -> TrainerCode:
+    clean_name = code_uploads.check_name(name)
+    code_uploads.check_source(filename, raw)
+    return code_uploads.store_code(session, tenant_id=scope.tenant.id or 0,
+                                   user_id=scope.user.id or 0, name=clean_name,
+                                   filename=filename, raw=raw)
+
+
+@router.get("", response_model=list[CodePublic])
+def list_code(session: SessionDep, scope: CurrentTenant) -> list[CodePublic]:
+    """Your tenant's uploaded trainers, newest first (a platform admin sees every tenant's)."""
+    query = scope.filter(select(TrainerCode), col(TrainerCode.tenant_id))
+    rows = session.execute(query.order_by(col(TrainerCode.id).desc())).scalars().all()
+    return [_public(r) for r in rows]
+
+
+@router.get("/{code_id}", response_model=CodePublic)
+def get_code(code_id: DbId, session: SessionDep, scope: CurrentTenant) -> CodePublic:
+    """One uploaded trainer and the name jobs use for it."""
+    return _public(scope.get_owned(session, TrainerCode, code_id, noun="trainer code"))
+
+
+@router.delete("/{code_id}", status_code=status.HTTP_204_NO_CONTENT,
+               responses={409: {"description": "Unfinished jobs use the code"}})
+def delete_code(code_id: DbId, session: SessionDep, scope: CurrentTenant) -> None:
+    """Delete uploaded code (its uploader or an admin); refused (409) while an
+    unfinished job uses it."""
+    row = scope.get_owned(session, TrainerCode, code_id, noun="trainer code")
+    if row.user_id != scope.user.id and scope.user.role == Role.member:
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            "only the uploader or a tenant admin can delete this code")
+    try:
+        code_uploads.delete_code(session, row)
+    except CodeUploadError as exc:
+        raise HTTPException(exc.status_code, exc.message) from None

@@ -1,0 +1,211 @@
+"""Which configurations of an experiment to stop early, and why (pure: no I/O).
+
+Two rules, both deciding on the experiment's objective metric:
+
+* **predictive**: the scheduler's curve predictor gives each running job's
+  final objective with a band. After ``min_iterations``, a job whose
+  *optimistic* bound cannot reach the *pessimistic* bound of the current
+  top-``k`` is hopeless: even if it does as well as its band allows, and the
+  others as badly, at least ``k`` others finish ahead of it.
+* **asha**: successive halving. Rungs sit at ``min_iterations * reduction**i``;
+  a job at a rung must be in the best ``1/reduction`` of the configurations
+  that reached that rung, or it stops.
+
+Everything is compared in "lower is better" form: a maximised objective
+(``val_accuracy``) is negated on the way in and back on the way out. A job
+that is currently the best is never stopped, whatever its prediction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from backend.scheduling.predictor import LossPredictor
+from backend.scheduling.types import JobView, LossPoint
+
+RULES = ("none", "predictive", "asha")
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    rule: str = "none"
+    top_k: int = 3
+    min_iterations: int = 100
+    reduction: int = 3
+    metric: str = "loss"
+    maximise: bool = False
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One configuration as the rule sees it, in the metric's own units.
+
+    ``points`` is its objective series ``(iteration, value)``, oldest first;
+    ``final`` the predicted objective at its last iteration as ``(mean, low,
+    high)``, or ``None`` when the predictor cannot tell yet. ``stoppable``
+    jobs are queued or running and were never stopped before (a job resumed
+    by hand after a stop is the user's call, not the rule's)."""
+
+    job_id: int
+    iterations_done: int
+    max_iterations: int
+    points: Sequence[tuple[int, float]] = ()
+    final: tuple[float, float, float] | None = None
+    stoppable: bool = True
+
+
+@dataclass(frozen=True)
+class Stop:
+    job_id: int
+    reason: str
+
+
+def decide(trials: Sequence[Trial], config: RuleConfig) -> list[Stop]:
+    """The jobs ``config``'s rule stops now, with plain-words reasons."""
+    if config.rule == "predictive":
+        return _predictive(trials, config)
+    if config.rule == "asha":
+        return _asha(trials, config)
+    return []
+
+
+def _sign(config: RuleConfig) -> float:
+    return -1.0 if config.maximise else 1.0
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _protected(trials: Sequence[Trial], sign: float) -> set[int]:
+    """The currently best job(s): lowest latest value, and lowest best-so-far."""
+    with_points = [t for t in trials if t.points]
+    if not with_points:
+        return set()
+    latest = min(with_points, key=lambda t: sign * t.points[-1][1])
+    best_seen = min(with_points, key=lambda t: min(sign * v for _, v in t.points))
+    return {latest.job_id, best_seen.job_id}
+
+
+def _bounds(trial: Trial, sign: float) -> tuple[float, float, float]:
+    """(mean, optimistic, pessimistic) of the final objective, lower is better.
+
+    A job that cannot run further (finished, or paused by hand) ends where it
+    is; a running one without a fit could still end anywhere below its value."""
+    current = sign * trial.points[-1][1]
+    if not trial.stoppable or trial.iterations_done >= trial.max_iterations:
+        return current, current, current
+    if trial.final is None:
+        return current, -math.inf, current
+    mean, low, high = (sign * v for v in trial.final)
+    return mean, min(low, high), max(low, high)
+
+
+def _predictive(trials: Sequence[Trial], config: RuleConfig) -> list[Stop]:
+    sign = _sign(config)
+    scored = {t.job_id: _bounds(t, sign) for t in trials if t.points}
+    protected = _protected(trials, sign)
+    # Also never the job predicted to finish best.
+    if scored:
+        protected.add(min(scored, key=lambda j: scored[j][0]))
+    best_now = min((sign * t.points[-1][1] for t in trials if t.points), default=math.nan)
+    stops = []
+    for trial in trials:
+        if (not trial.stoppable or trial.final is None or trial.job_id in protected
+                or trial.iterations_done < config.min_iterations or not trial.points):
+            continue
+        others = sorted(b[2] for j, b in scored.items() if j != trial.job_id)
+        if len(others) < config.top_k:
+            continue
+        threshold = others[config.top_k - 1]
+        mean, optimistic, _ = scored[trial.job_id]
+        if optimistic > threshold:
+            mean_u, low_u, high_u = trial.final
+            spread = abs(high_u - low_u) / 2
+            stops.append(Stop(trial.job_id, (
+                f"stopped early: its predicted final {config.metric} {_fmt(mean_u)} ± "
+                f"{_fmt(spread)} cannot reach the top {config.top_k} (best "
+                f"{_fmt(sign * best_now)}; the top {config.top_k} end at "
+                f"{_fmt(sign * threshold)} or better)")))
+    return stops
+
+
+def rungs(config: RuleConfig, max_iterations: int) -> list[int]:
+    """Iterations at which ASHA compares: min_iterations * reduction**i."""
+    out, rung = [], config.min_iterations
+    while rung <= max_iterations:
+        out.append(rung)
+        rung *= config.reduction
+    return out
+
+
+def _value_at(trial: Trial, rung: int) -> float | None:
+    """The objective as it stood at ``rung`` (its last point at or before it)."""
+    found = None
+    for iteration, value in trial.points:
+        if iteration > rung:
+            break
+        found = value
+    return found
+
+
+def _asha(trials: Sequence[Trial], config: RuleConfig) -> list[Stop]:
+    sign = _sign(config)
+    protected = _protected(trials, sign)
+    stops = []
+    for trial in trials:
+        if not trial.stoppable or trial.job_id in protected or not trial.points:
+            continue
+        reached = [r for r in rungs(config, trial.max_iterations) if trial.iterations_done >= r]
+        if not reached:
+            continue
+        rung = reached[-1]
+        at_rung = {}
+        for other in trials:
+            # A job that ended before the rung took part with its final value.
+            if other.points and (other.iterations_done >= rung or not other.stoppable):
+                value = _value_at(other, rung)
+                if value is not None:
+                    at_rung[other.job_id] = sign * value
+        mine = at_rung.get(trial.job_id)
+        if mine is None or len(at_rung) < config.reduction:
+            continue
+        keep = max(1, len(at_rung) // config.reduction)
+        ranked = sorted(at_rung.values())
+        cutoff = ranked[keep - 1]
+        if mine > cutoff:
+            place = 1 + sum(1 for v in ranked if v < mine)
+            stops.append(Stop(trial.job_id, (
+                f"stopped early (ASHA): its {config.metric} {_fmt(sign * mine)} at iteration "
+                f"{rung} is not in the top 1/{config.reduction} of the {len(at_rung)} "
+                f"configurations that reached it (place {place}; the best {keep} are at "
+                f"{_fmt(sign * cutoff)} or better)")))
+    return stops
+
+
+def predict_final(predictor: LossPredictor, *, job_id: int, points: Sequence[tuple[int, float]],
+                  max_iterations: int, maximise: bool) -> tuple[float, float, float] | None:
+    """The objective predicted at ``max_iterations`` as ``(mean, low, high)``
+    in the metric's units, from the same curve fits the scheduler ranks by.
+
+    The predictor models decreasing, positive losses: a maximised metric is
+    negated and every series is shifted above zero before fitting."""
+    if len(points) < 2:
+        return None
+    sign = -1.0 if maximise else 1.0
+    values = [sign * v for _, v in points]
+    lowest, highest = min(values), max(values)
+    shift = 0.0 if lowest > 0 else (highest - lowest) + abs(lowest) + 1e-6
+    last_iteration = points[-1][0]
+    losses = tuple(LossPoint(int(i), v + shift, 1e-3)
+                   for (i, _), v in zip(points, values, strict=True))
+    fit = predictor.fit(JobView(job_id=job_id, tenant_id=0, submitted_at=0.0,
+                                iterations_done=last_iteration, max_iterations=max_iterations,
+                                losses=losses, initial_loss=losses[0].loss))
+    if not fit.known:
+        return None
+    mean, low, high = fit.predict(max(max_iterations - last_iteration, 0))
+    out = [sign * (v - shift) for v in (mean, low, high)]
+    return out[0], min(out[1], out[2]), max(out[1], out[2])

@@ -1,0 +1,149 @@
+"""Tenants' uploaded trainer code: checks, storage, lookup.
+
+An upload is one UTF-8 Python file that compiles. The API only ever
+``compile()``s it (to report syntax errors at upload time); it is never
+imported or run outside the sandbox (``workers.sandbox``). Files live under
+``DATA_DIR/code/<tenant id>/`` with a random name; jobs name them
+``"code:<id>"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col
+
+from backend.core.code_refs import code_ref, parse_code_ref
+from backend.core.models import FINISHED, Job, Tenant, TrainerCode
+from backend.core.settings import get_settings
+
+MAX_CODE_BYTES = 256 * 1024
+"""Largest accepted source file."""
+MAX_NAME_LENGTH = 64
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")
+
+
+class CodeUploadError(Exception):
+    """A refused upload or deletion; ``status_code`` is the HTTP status to answer."""
+
+    def __init__(self, status_code: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.field = field
+
+
+def uploads_allowed(tenant: Tenant) -> None:
+    if not tenant.allow_code_uploads:
+        raise CodeUploadError(403, f"tenant {tenant.name!r} may not upload trainer code; a "
+                              "platform admin can allow it (PATCH /api/v1/admin/tenants/"
+                              "<id> with allow_code_uploads: true)")
+
+
+def check_name(name: str) -> str:
+    clean = name.strip()
+    if not clean or len(clean) > MAX_NAME_LENGTH or not _NAME.match(clean):
+        raise CodeUploadError(422, f"name must be 1-{MAX_NAME_LENGTH} letters, digits, "
+                              "spaces, dots, dashes or underscores, starting with a letter or "
+                              "digit", "name")
+    return clean
+
+
+def check_source(filename: str, raw: bytes) -> str:
+    """The decoded source if it is a compilable Python file within the limits."""
+    if not filename.lower().endswith(".py"):
+        raise CodeUploadError(422, "upload one Python source file whose name ends in .py",
+                              "file")
+    if len(raw) > MAX_CODE_BYTES:
+        raise CodeUploadError(413, f"the source is over the limit of {MAX_CODE_BYTES // 1024} "
+                              "KiB", "file")
+    if not raw.strip():
+        raise CodeUploadError(422, "the file is empty", "file")
+    try:
+        source = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CodeUploadError(422, f"the file is not UTF-8 text (byte {exc.start})",
+                              "file") from None
+    try:
+        # Compiling parses only: no module code runs in the API process.
+        compile(source, filename, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        where = f" at line {exc.lineno}" if exc.lineno else ""
+        if not where:  # e.g. NUL bytes: not a mistake in any one line
+            raise CodeUploadError(422, f"not valid Python source: {exc.msg}", "file") from None
+        raise CodeUploadError(422, f"Python syntax error{where}: {exc.msg}", "file") from None
+    except ValueError as exc:  # e.g. NUL bytes
+        raise CodeUploadError(422, f"not valid Python source: {exc}", "file") from None
+    return source
+
+
+def store_code(session: Session, *, tenant_id: int, user_id: int, name: str, filename: str,
+               raw: bytes) -> TrainerCode:
+    relative = Path("code") / str(tenant_id) / f"{uuid.uuid4().hex}.py"
+    target = get_settings().data_dir / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(raw)
+    row = TrainerCode(tenant_id=tenant_id, user_id=user_id, name=name,
+                      filename=Path(filename).name[:255], path=relative.as_posix(),
+                      sha256=hashlib.sha256(raw).hexdigest(), size=len(raw))
+    session.add(row)
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        target.unlink(missing_ok=True)
+        raise CodeUploadError(409, f"trainer code named {name!r} exists already",
+                              "name") from None
+    except BaseException:
+        session.rollback()
+        target.unlink(missing_ok=True)
+        raise
+    session.refresh(row)
+    return row
+
+
+def jobs_using(session: Session, row: TrainerCode) -> int:
+    count = session.execute(
+        select(func.count()).select_from(Job).where(
+            col(Job.algorithm) == code_ref(row.id or 0),
+            col(Job.status).not_in([s.value for s in FINISHED]))
+    ).scalar_one()
+    return int(count)
+
+
+def delete_code(session: Session, row: TrainerCode) -> None:
+    busy = jobs_using(session, row)
+    if busy:
+        raise CodeUploadError(409, f"trainer code {row.id} is used by {busy} unfinished "
+                              "job(s); cancel them or wait for them to finish")
+    path = get_settings().data_dir / row.path
+    session.delete(row)
+    session.commit()
+    path.unlink(missing_ok=True)
+
+
+def load_trainer_code(engine: Engine, code_ref_text: str, tenant_id: int, *,
+                      data_dir: Path | None = None) -> Path:
+    """The source file a job's ``"code:<id>"`` names, only if ``tenant_id`` owns it.
+
+    Raises LookupError with a readable reason otherwise (no such code, another
+    tenant's, or its file gone): the worker fails the job with it.
+    """
+    code_id = parse_code_ref(code_ref_text)
+    if code_id is None:
+        raise LookupError(f"{code_ref_text!r} is not a trainer code reference (code:<id>)")
+    with Session(engine) as session:
+        row = session.get(TrainerCode, code_id)
+    # Another tenant's code is reported as missing, as the API does.
+    if row is None or row.tenant_id != tenant_id:
+        raise LookupError(f"trainer code {code_id} not found")
+    path = ((data_dir or get_settings().data_dir) / row.path).resolve()
+    if not path.is_file():
+        raise LookupError(f"trainer code {code_id}: its source file is missing")
+    return path

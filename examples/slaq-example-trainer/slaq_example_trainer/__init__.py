@@ -1,0 +1,1 @@
+"""An example SLAQ trainer plugin."""

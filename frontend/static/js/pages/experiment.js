@@ -1,0 +1,199 @@
+// Experiment page, /experiments/{id}: a sweep's status counts, its best run,
+// Cancel / Pause / Resume for all its jobs, and its runs compared side by
+// side (compare.js), early-stopped ones marked with their reason. Polled
+// every few seconds; parts are updated in place, never re-rendered whole.
+
+import { api, ApiError } from "../api.js";
+import { createCompare } from "../compare.js";
+import { $, clear, formatNumber, formatValue, h, notice, TERMINAL } from "../dom.js";
+import { startPage } from "../layout.js";
+import { showState } from "../live.js";
+import { loadUploads } from "../uploads.js";
+
+const POLL_MS = 3000;
+const EXPERIMENT_ID = Number(window.location.pathname.split("/").filter(Boolean)[1]);
+const STATUSES = ["queued", "running", "paused", "completed", "failed", "cancelled"];
+const RULES = {
+  none: "none",
+  predictive: "predictive (stops runs whose predicted final value cannot reach the top k)",
+  asha: "successive halving (ASHA)",
+};
+
+const state = {
+  experiment: null,
+  full: new Map(), // job id -> JobPublic (for elapsed time; finished runs are not fetched again)
+  view: null,
+  busy: false,
+};
+
+function countsOf(jobs) {
+  const counts = Object.fromEntries(STATUSES.map((s) => [s, 0]));
+  for (const job of jobs) counts[job.status] = (counts[job.status] || 0) + 1;
+  return counts;
+}
+
+function renderCounts(exp) {
+  const counts = countsOf(exp.jobs || []);
+  const early = (exp.jobs || []).filter((j) => j.stopped_early).length;
+  const items = STATUSES.filter((s) => counts[s] > 0).map((s) =>
+    h("div", { "data-status": s }, h("dt", {}, s[0].toUpperCase() + s.slice(1)), h("dd", { "data-testid": `count-${s}` }, formatNumber(counts[s]))),
+  );
+  if (early) items.push(h("div", {}, h("dt", {}, "Stopped early"), h("dd", { "data-testid": "count-stopped-early" }, formatNumber(early))));
+  return h("dl", { class: "stats", id: "experiment-counts" }, h("div", {}, h("dt", {}, "Runs"), h("dd", {}, formatNumber((exp.jobs || []).length))), items);
+}
+
+function renderSummary(exp) {
+  const best = (exp.jobs || []).find((j) => j.id === exp.best_job_id);
+  const objective = exp.objective ? `${exp.objective.mode === "max" ? "maximise" : "minimise"} ${exp.objective.metric}` : "—";
+  const rule = exp.early_stopping || { rule: "none" };
+  const ruleText = [RULES[rule.rule] || rule.rule];
+  if (rule.rule !== "none") {
+    if (rule.rule === "predictive" && rule.top_k) ruleText.push(`top ${rule.top_k}`);
+    if (rule.min_iterations) ruleText.push(`after ${formatNumber(rule.min_iterations)} iterations`);
+    if (rule.rule === "asha" && rule.reduction) ruleText.push(`keeps 1 run in ${rule.reduction} at each rung`);
+  }
+  return h(
+    "dl",
+    { class: "kv", id: "experiment-summary" },
+    h("dt", {}, "Objective"), h("dd", {}, objective),
+    h("dt", {}, "Best run"),
+    h(
+      "dd",
+      { "data-testid": "best-job" },
+      best
+        ? [h("a", { href: `/jobs/${best.id}` }, `#${best.id} ${best.name || ""}`.trim()),
+            best.objective_value !== null && best.objective_value !== undefined
+              ? ` · ${exp.objective ? exp.objective.metric : "value"} ${formatValue(best.objective_value)}`
+              : ""]
+        : "none yet",
+    ),
+    h("dt", {}, "Early stopping"), h("dd", {}, ruleText.join(", ")),
+    h("dt", {}, "Search space"),
+    h("dd", { class: "small" }, Object.entries(exp.space || {}).map(([k, s]) => h("div", {}, h("code", {}, k), ": ", spaceText(s)))),
+  );
+}
+
+function spaceText(s) {
+  if (!s || typeof s !== "object") return String(s);
+  if (s.type === "choice") return `one of ${(s.values || []).map(String).join(", ")}`;
+  return `${s.type} from ${s.low} to ${s.high}${s.log ? " (log)" : ""}`;
+}
+
+async function act(action) {
+  if (state.busy) return;
+  state.busy = true;
+  const message = $("#experiment-message");
+  clear(message, notice("loading", `${action[0].toUpperCase()}${action.slice(1)}…`));
+  try {
+    await api(`/api/v1/experiments/${EXPERIMENT_ID}/${action}`, { method: "POST" });
+    clear(message, notice("success", `Asked every run of the experiment to ${action}.`));
+    await refresh();
+  } catch (err) {
+    clear(message, notice("error", `Could not ${action} the experiment: ${err.message}`));
+  } finally {
+    state.busy = false;
+  }
+}
+
+function renderActions(exp) {
+  const jobs = exp.jobs || [];
+  const open = jobs.some((j) => !TERMINAL.has(j.status));
+  const running = jobs.some((j) => j.status === "running" || j.status === "queued");
+  const paused = jobs.some((j) => j.status === "paused");
+  return h(
+    "div",
+    { class: "btn-row", id: "experiment-actions" },
+    h("button", { type: "button", class: "btn", id: "exp-pause", disabled: !running, onClick: () => act("pause") }, "Pause all"),
+    h("button", { type: "button", class: "btn", id: "exp-resume", disabled: !paused, onClick: () => act("resume") }, "Resume all"),
+    h("button", { type: "button", class: "btn btn-danger", id: "exp-cancel", disabled: !open, onClick: () => act("cancel") }, "Cancel all"),
+  );
+}
+
+function renderHead(exp) {
+  document.title = `${exp.name || `Experiment #${exp.id}`} · SLAQ portal`;
+  clear($("#experiment-title"), exp.name || `Experiment #${exp.id}`);
+  $("#experiment-title").dataset.status = exp.status || "";
+  clear($("#experiment-status"), exp.status ? h("span", { class: `badge status-${exp.status}` }, exp.status) : null);
+  $("#experiment-counts").replaceWith(renderCounts(exp));
+  $("#experiment-summary").replaceWith(renderSummary(exp));
+  const focused = document.activeElement && document.activeElement.id;
+  $("#experiment-actions").replaceWith(renderActions(exp));
+  if (focused && focused.startsWith("exp-")) document.getElementById(focused)?.focus();
+}
+
+/** The runs as compare.js takes them: the job's own record with the experiment's fields over it. */
+async function runs(exp) {
+  const rows = exp.jobs || [];
+  const stale = rows.filter((r) => {
+    const known = state.full.get(r.id);
+    return !known || !(TERMINAL.has(known.status) && known.status === r.status);
+  });
+  await Promise.all(
+    stale.map((r) => api(`/api/v1/jobs/${r.id}`).then((job) => state.full.set(r.id, job)).catch(() => null)),
+  );
+  return rows.map((r) => ({ ...(state.full.get(r.id) || {}), ...r }));
+}
+
+async function refresh() {
+  const exp = await api(`/api/v1/experiments/${EXPERIMENT_ID}`);
+  state.experiment = exp;
+  renderHead(exp);
+  if (exp.objective) state.view.setObjective(exp.objective);
+  await state.view.update(await runs(exp));
+  const open = (exp.jobs || []).some((j) => !TERMINAL.has(j.status));
+  showState($("#experiment-live"), open ? "live" : "off");
+  return open;
+}
+
+function skeleton(root) {
+  clear(
+    root,
+    h(
+      "div",
+      { class: "page-head" },
+      h("h1", { id: "experiment-title" }, `Experiment #${EXPERIMENT_ID}`),
+      h("span", { id: "experiment-status" }),
+      h("span", { class: "live-dot", id: "experiment-live", "data-state": "off" }),
+    ),
+    h("div", { id: "experiment-message", "aria-live": "polite" }),
+    h(
+      "section",
+      { class: "panel" },
+      h("dl", { id: "experiment-counts" }),
+      h("dl", { id: "experiment-summary" }),
+      h("div", { id: "experiment-actions" }),
+    ),
+    h("div", { id: "experiment-compare" }),
+  );
+}
+
+async function main() {
+  await startPage("experiments");
+  await loadUploads();
+  const root = $("#experiment-root");
+  if (!Number.isInteger(EXPERIMENT_ID) || EXPERIMENT_ID <= 0) {
+    clear(root, notice("error", "No such experiment."));
+    return;
+  }
+  try {
+    skeleton(root);
+    state.view = createCompare($("#experiment-compare"));
+    let open = await refresh();
+    const poll = async () => {
+      if (document.visibilityState === "visible" && !state.busy) {
+        try {
+          open = await refresh();
+        } catch {
+          showState($("#experiment-live"), "polling"); // try again next time
+        }
+      }
+      setTimeout(poll, open ? POLL_MS : POLL_MS * 5);
+    };
+    setTimeout(poll, POLL_MS);
+  } catch (err) {
+    const text = err instanceof ApiError && err.status === 404 ? `Experiment #${EXPERIMENT_ID} does not exist in your tenant.` : `Could not load the experiment: ${err.message}`;
+    clear(root, notice("error", text), h("p", {}, h("a", { href: "/experiments" }, "All experiments")));
+  }
+}
+
+main();

@@ -1,0 +1,131 @@
+// "Your trainer code" on the datasets page: upload a Python trainer (it is only
+// compiled by the portal; it runs in a sandbox when a job uses it), list the
+// tenant's uploads, train one, delete one. Hidden entirely for tenants that a
+// platform admin has not allowed to upload code (the API answers 403).
+
+import { ApiError, api, fieldErrors, upload } from "./api.js";
+import { $, clear, formatBytes, formatTime, h, notice } from "./dom.js";
+
+const MAX_BYTES = 256 * 1024;
+
+function row(code) {
+  return h(
+    "tr",
+    { dataset: { codeId: String(code.id) } },
+    h("th", { scope: "row" }, code.name),
+    h("td", { "data-label": "Algorithm" }, h("code", {}, code.algorithm)),
+    h("td", { "data-label": "File" }, code.filename),
+    h("td", { class: "num", "data-label": "Size" }, formatBytes(code.size)),
+    h("td", { "data-label": "Uploaded" }, formatTime(code.created_at)),
+    h(
+      "td",
+      {},
+      h("a", { class: "btn btn-quiet", href: `/submit?algorithm=${encodeURIComponent(code.algorithm)}` }, "Train"),
+      " ",
+      h("button", { type: "button", class: "btn btn-quiet", onClick: () => remove(code) }, "Delete"),
+    ),
+  );
+}
+
+export async function refreshTrainerCode() {
+  const list = $("#code-list");
+  let codes;
+  try {
+    codes = await api("/api/v1/code");
+  } catch (err) {
+    clear(list, notice("error", `Could not load your trainer code: ${err.message}`));
+    return;
+  }
+  if (!codes.length) {
+    clear(list, notice("info", "No trainer code yet. Upload a .py file that defines one Trainer subclass."));
+    return;
+  }
+  clear(
+    list,
+    h(
+      "table",
+      { class: "table", id: "code-table" },
+      h("thead", {}, h("tr", {}, ["Name", "Algorithm", "File", "Size", "Uploaded", ""].map((c) =>
+        h("th", { scope: "col" }, c || h("span", { class: "visually-hidden" }, "Actions"))))),
+      h("tbody", {}, codes.map(row)),
+    ),
+  );
+}
+
+async function remove(code) {
+  if (!window.confirm(`Delete the trainer ${code.name}? Jobs that ran it keep their results.`)) return;
+  try {
+    await api(`/api/v1/code/${code.id}`, { method: "DELETE" });
+    clear($("#code-message"), notice("success", `Deleted ${code.name}.`));
+  } catch (err) {
+    const text = err instanceof ApiError && err.status === 409
+      ? `${code.name} is still in use: ${err.message}.`
+      : `Could not delete ${code.name}: ${err.message}`;
+    clear($("#code-message"), notice("error", text));
+  }
+  await refreshTrainerCode();
+}
+
+async function onUpload(event) {
+  event.preventDefault();
+  const file = $("#code-file").files[0];
+  const message = $("#code-message");
+  if (!file) {
+    clear(message, notice("error", "Choose a .py file to upload."));
+    return;
+  }
+  if (file.size > MAX_BYTES) {
+    clear(message, notice("error", `${file.name} is ${formatBytes(file.size)}; the limit is ${formatBytes(MAX_BYTES)}.`));
+    return;
+  }
+  const body = new FormData();
+  body.append("file", file);
+  const name = $("#code-name").value.trim();
+  if (name) body.append("name", name);
+  clear(message, notice("loading", `Uploading ${file.name}…`));
+  try {
+    const created = await upload("/api/v1/code", body);
+    clear(message, notice("success", `Uploaded ${created.name}: jobs run it as ${created.algorithm}.`));
+    event.target.reset();
+  } catch (err) {
+    const detail = err instanceof ApiError && err.status === 422 ? Object.values(fieldErrors(err.detail)) : [];
+    clear(message, notice("error", `Not uploaded: ${detail.length ? detail.join(" ") : err.message}`));
+  }
+  await refreshTrainerCode();
+}
+
+/** The section (fill it with refreshTrainerCode once it is in the page), or
+ * null when the tenant may not upload code (``me`` is /auth/me's answer). */
+export function trainerCodeSection(me) {
+  if (!me.allow_code_uploads) return null;
+  const form = h(
+    "form",
+    { id: "code-form", novalidate: true },
+    h(
+      "div",
+      { class: "fields" },
+      h("div", { class: "field" },
+        h("label", { for: "code-file" }, "Python file"),
+        h("input", { id: "code-file", name: "file", type: "file", accept: ".py,text/x-python", "aria-describedby": "code-file-help" }),
+        h("span", { class: "help", id: "code-file-help" },
+          "One .py file (at most 256 KiB) defining a subclass of slaq_trainer.Trainer; see the portal's docs/tenant-code.md.")),
+      h("div", { class: "field" },
+        h("label", { for: "code-name" }, "Name", h("span", { class: "subtle" }, " (optional)")),
+        h("input", { id: "code-name", name: "name", type: "text", maxlength: 64, autocomplete: "off" }),
+        h("span", { class: "help" }, "Unique in your tenant; default the file name.")),
+    ),
+    h("div", { class: "btn-row" }, h("button", { type: "submit", class: "btn btn-primary" }, "Upload trainer")),
+  );
+  form.addEventListener("submit", onUpload);
+  const section = h(
+    "section",
+    { class: "panel", "aria-labelledby": "code-title" },
+    h("h2", { id: "code-title" }, "Your trainer code"),
+    h("p", { class: "subtle" },
+      "Your own training code runs in a sandbox: no network, no portal files, limited memory and time. Its printed output is kept with each job."),
+    form,
+    h("div", { id: "code-message", "aria-live": "polite" }),
+    h("div", { id: "code-list" }, notice("loading", "Loading your trainer code…")),
+  );
+  return section;
+}

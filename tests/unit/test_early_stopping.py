@@ -1,0 +1,172 @@
+"""The early-stopping rules of experiments (pure): predictive and ASHA, the
+minimum budget, never the best, and maximised objectives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from backend.scheduling.early_stopping import (
+    RuleConfig,
+    Trial,
+    decide,
+    predict_final,
+    rungs,
+)
+from backend.scheduling.predictor import LossPredictor
+
+
+def _curve(rate: float, floor: float, upto: int, every: int = 10) -> list[tuple[int, float]]:
+    """A loss curve falling from 2.3 towards ``floor`` at ``rate`` per iteration."""
+    return [(k, floor + (2.3 - floor) * math.exp(-rate * k)) for k in range(every, upto + 1,
+                                                                           every)]
+
+
+def _trial(job_id: int, points: list[tuple[int, float]], final: tuple[float, float, float] | None,
+           *, most: int = 1000, stoppable: bool = True) -> Trial:
+    done = points[-1][0] if points else 0
+    return Trial(job_id=job_id, iterations_done=done, max_iterations=most, points=tuple(points),
+                 final=final, stoppable=stoppable)
+
+
+PREDICTIVE = RuleConfig(rule="predictive", top_k=2, min_iterations=100, metric="val_loss")
+
+
+def test_predictive_stops_a_job_that_cannot_reach_the_top_k() -> None:
+    trials = [
+        _trial(1, _curve(0.02, 0.20, 300), (0.21, 0.19, 0.23)),
+        _trial(2, _curve(0.02, 0.25, 300), (0.26, 0.24, 0.28)),
+        _trial(3, _curve(0.0001, 2.0, 300), (2.2, 2.1, 2.3)),
+    ]
+    stops = decide(trials, PREDICTIVE)
+    assert [s.job_id for s in stops] == [3]
+    reason = stops[0].reason
+    assert reason.startswith("stopped early: its predicted final val_loss 2.2 ± 0.1 cannot "
+                             "reach the top 2")
+    # The best so far is job 1's latest value, in the metric's units.
+    assert f"best {trials[0].points[-1][1]:.3g}" in reason
+
+
+def test_predictive_keeps_a_job_whose_band_overlaps_the_top_k() -> None:
+    trials = [
+        _trial(1, _curve(0.02, 0.20, 300), (0.21, 0.19, 0.23)),
+        _trial(2, _curve(0.02, 0.25, 300), (0.26, 0.24, 0.28)),
+        # Worse on average, but its optimistic bound 0.27 beats job 2's pessimistic 0.28.
+        _trial(3, _curve(0.01, 0.3, 300), (0.31, 0.27, 0.35)),
+    ]
+    assert decide(trials, PREDICTIVE) == []
+
+
+def test_predictive_respects_the_minimum_budget() -> None:
+    hopeless = _trial(3, _curve(0.0001, 2.0, 90), (2.2, 2.1, 2.3))
+    trials = [_trial(1, _curve(0.02, 0.2, 300), (0.21, 0.19, 0.23)),
+              _trial(2, _curve(0.02, 0.25, 300), (0.26, 0.24, 0.28)), hopeless]
+    assert hopeless.iterations_done < PREDICTIVE.min_iterations
+    assert decide(trials, PREDICTIVE) == []
+
+
+def test_predictive_needs_k_others_to_compare_with() -> None:
+    trials = [_trial(1, _curve(0.02, 0.2, 300), (0.21, 0.19, 0.23)),
+              _trial(3, _curve(0.0001, 2.0, 300), (2.2, 2.1, 2.3))]
+    assert decide(trials, PREDICTIVE) == []
+    assert [s.job_id for s in decide(trials, RuleConfig(rule="predictive", top_k=1,
+                                                        min_iterations=100))] == [3]
+
+
+def test_predictive_never_stops_the_current_best() -> None:
+    # Job 3 is the best now, but a (wild) prediction says it will end far behind.
+    trials = [
+        _trial(1, _curve(0.02, 0.30, 300), (0.21, 0.19, 0.23)),
+        _trial(2, _curve(0.02, 0.35, 300), (0.26, 0.24, 0.28)),
+        _trial(3, _curve(0.05, 0.10, 300), (2.2, 2.1, 2.3)),
+    ]
+    assert min(trials, key=lambda t: t.points[-1][1]).job_id == 3
+    assert decide(trials, PREDICTIVE) == []
+
+
+def test_predictive_skips_jobs_stopped_before_or_without_a_fit() -> None:
+    good = [_trial(1, _curve(0.02, 0.20, 300), (0.21, 0.19, 0.23)),
+            _trial(2, _curve(0.02, 0.25, 300), (0.26, 0.24, 0.28))]
+    resumed = _trial(3, _curve(0.0001, 2.0, 300), (2.2, 2.1, 2.3), stoppable=False)
+    unfitted = _trial(4, _curve(0.0001, 2.0, 300), None)
+    assert decide([*good, resumed, unfitted], PREDICTIVE) == []
+
+
+def test_predictive_in_max_mode_flips_the_comparison() -> None:
+    config = RuleConfig(rule="predictive", top_k=2, min_iterations=100, metric="val_accuracy",
+                        maximise=True)
+    acc = [(k, 0.1 + 0.8 * (1 - math.exp(-0.02 * k))) for k in range(10, 301, 10)]
+    flat = [(k, 0.1 + 0.0001 * k) for k in range(10, 301, 10)]
+    trials = [_trial(1, acc, (0.92, 0.90, 0.94)),
+              _trial(2, [(k, v - 0.02) for k, v in acc], (0.90, 0.88, 0.92)),
+              _trial(3, flat, (0.2, 0.15, 0.25))]
+    stops = decide(trials, config)
+    assert [s.job_id for s in stops] == [3]
+    assert "predicted final val_accuracy 0.2 ± 0.05" in stops[0].reason
+    # The same numbers read as losses would stop the accurate jobs, never job 3.
+    as_losses = decide(trials, RuleConfig(rule="predictive", top_k=1, min_iterations=100))
+    assert 3 not in [s.job_id for s in as_losses]
+
+
+ASHA = RuleConfig(rule="asha", min_iterations=100, reduction=3, metric="loss")
+
+
+def test_asha_rungs_grow_by_the_reduction_factor() -> None:
+    assert rungs(ASHA, 1000) == [100, 300, 900]
+    assert rungs(ASHA, 99) == []
+
+
+def test_asha_keeps_the_top_third_at_a_rung() -> None:
+    floors = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    trials = [_trial(i, _curve(0.05, f, 120), None) for i, f in enumerate(floors, start=1)]
+    stopped = sorted(s.job_id for s in decide(trials, ASHA))
+    # 6 reached rung 100: the best 6 // 3 = 2 go on.
+    assert stopped == [3, 4, 5, 6]
+    reason = next(s.reason for s in decide(trials, ASHA) if s.job_id == 6)
+    assert "ASHA" in reason and "iteration 100" in reason and "of the 6 configurations" in reason
+
+
+def test_asha_waits_for_enough_configurations_and_the_first_rung() -> None:
+    few = [_trial(1, _curve(0.05, 0.1, 120), None), _trial(2, _curve(0.05, 0.9, 120), None)]
+    assert decide(few, ASHA) == []
+    early = [_trial(i, _curve(0.05, f, 90), None) for i, f in enumerate([0.1, 0.5, 0.9, 1.0])]
+    assert decide(early, ASHA) == []
+
+
+def test_asha_never_stops_the_current_best() -> None:
+    # Job 1 was worst at rung 100 but is the best now.
+    late_bloomer = [(100, 2.0), (110, 0.05)]
+    trials = [_trial(1, late_bloomer, None), *[
+        _trial(i, _curve(0.05, f, 110), None) for i, f in enumerate([0.1, 0.2, 0.3], start=2)]]
+    stopped = [s.job_id for s in decide(trials, ASHA)]
+    assert 1 not in stopped
+    assert stopped  # the rung still stops someone
+
+
+def test_no_rule_stops_nothing() -> None:
+    trials = [_trial(1, _curve(0.02, 0.2, 300), (0.21, 0.19, 0.23)),
+              _trial(3, _curve(0.0001, 2.0, 300), (2.2, 2.1, 2.3))]
+    assert decide(trials, RuleConfig(rule="none", top_k=1)) == []
+
+
+@pytest.mark.parametrize("maximise", [False, True])
+def test_predict_final_extrapolates_towards_the_curve_floor(maximise: bool) -> None:
+    sign = -1.0 if maximise else 1.0
+    points = [(k, sign * v) for k, v in _curve(0.01, 0.5, 300, every=5)]
+    final = predict_final(LossPredictor(), job_id=1, points=points, max_iterations=1000,
+                          maximise=maximise)
+    assert final is not None
+    mean, low, high = final
+    assert low <= mean <= high
+    last = points[-1][1]
+    # Improves beyond the last value, in the objective's own direction, but not past the floor.
+    if maximise:
+        assert last < mean <= -0.5 + 0.05
+    else:
+        assert 0.5 - 0.05 <= mean < last
+
+
+def test_predict_final_needs_two_points() -> None:
+    assert predict_final(LossPredictor(), job_id=1, points=[(10, 1.0)], max_iterations=100,
+                         maximise=False) is None

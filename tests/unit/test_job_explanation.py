@@ -1,0 +1,72 @@
+"""Plain words for where a job stands, and honest wait estimates."""
+
+from __future__ import annotations
+
+from backend.scheduling.explain import WaitKind, wait_estimate
+from backend.services.job_explanation import explain_job, plain_duration
+
+
+def _waiting(**entry: object) -> str:
+    return explain_job(status="queued", end_reason=None, error=None, last_reason="old",
+                       waiting=entry).summary
+
+
+def test_turn_behind_jobs_with_larger_gains_says_position_once() -> None:
+    text = _waiting(kind=WaitKind.TURN, position=3, ahead=4, policy="slaq",
+                    estimate_seconds=95.0, detail="rank 3 by predicted gain 1.2e-4")
+    assert text == ("Waiting for its turn: 4 jobs with larger predicted gains go first. "
+                    "Queue position 3. Expected to start in about 2 min.")
+
+
+def test_quota_and_unknown_estimate() -> None:
+    text = _waiting(kind=WaitKind.QUOTA, position=2, quota=1, ahead_in_tenant=1,
+                    estimate_seconds=None)
+    assert text.startswith("Waiting for your team's one slot (its quota): another of your "
+                           "jobs is using it")
+    three = _waiting(kind=WaitKind.QUOTA, position=4, quota=3, ahead_in_tenant=0,
+                     estimate_seconds=30.0)
+    assert three == ("Waiting for one of your team's 3 slots (its quota): all are in use by "
+                     "your other jobs. Queue position 4. Expected to start in about 30 s.")
+    assert "and 1 job of yours goes first." in text and "Expected" not in text
+
+
+def test_finished_jobs_tell_their_end_not_a_rank() -> None:
+    done = explain_job(status="completed", end_reason="reached target loss 0.3", error=None,
+                       last_reason="rank 1 by predicted gain", waiting=None)
+    assert done.summary == "Completed: reached target loss 0.3."
+    assert done.detail is None and done.position is None
+    failed = explain_job(status="failed", end_reason="trainer crashed", error="Traceback ...",
+                         last_reason="rank 1", waiting=None)
+    assert failed.summary == "Failed: trainer crashed." and failed.detail == "Traceback ..."
+
+
+def test_plain_durations_are_rounded() -> None:
+    assert plain_duration(12.3) == "about 15 s"
+    assert plain_duration(61) == "about 2 min"
+    assert plain_duration(7200) == "about 2 h"
+
+
+def test_estimates() -> None:
+    assert wait_estimate(kind=WaitKind.SLOT, position=5, chunk_seconds=10.0, free_slots=0,
+                         total_slots=2, ahead_in_tenant=0, quota=4) == 25.0
+    assert wait_estimate(kind=WaitKind.SLOT, position=1, chunk_seconds=None, free_slots=0,
+                         total_slots=2, ahead_in_tenant=0, quota=4) is None, "no chunk timed"
+    assert wait_estimate(kind=WaitKind.TURN, position=1, ahead=3, policy="fifo",
+                         chunk_seconds=10.0, free_slots=0, total_slots=2, ahead_in_tenant=0,
+                         quota=4) is None, "FIFO: unknown job lengths"
+    assert wait_estimate(kind=WaitKind.TURN, position=1, ahead=3, policy="slaq",
+                         chunk_seconds=10.0, free_slots=0, total_slots=2, ahead_in_tenant=0,
+                         quota=4) == 20.0
+    assert wait_estimate(kind=WaitKind.NO_WORKERS, position=1, chunk_seconds=10.0,
+                         free_slots=0, total_slots=0, ahead_in_tenant=0, quota=1) is None
+
+
+def test_a_job_stopped_by_its_experiment_says_so_and_how_to_overrule() -> None:
+    reason = "stopped early: its predicted final val_loss 0.41 ± 0.03 cannot reach the top 3"
+    stopped = explain_job(status="paused", end_reason=reason, error=None,
+                          last_reason="rank 9", waiting=None)
+    assert stopped.summary.startswith("Paused by its experiment's early-stopping rule")
+    assert reason in stopped.summary and "resume it" in stopped.summary
+    by_hand = explain_job(status="paused", end_reason=None, error=None, last_reason=None,
+                          waiting=None)
+    assert "early-stopping" not in by_hand.summary

@@ -1,0 +1,16 @@
+"""Tenant trainer code, run one sandboxed process per chunk (bubblewrap).
+
+``open_sandboxed_trainer`` is the entry point; see ``deploy/PRODUCTION.md``
+for what the sandbox does and does not protect against.
+"""
+
+from workers.sandbox.runner import SandboxLimits, SandboxUnavailable
+from workers.sandbox.trainer import (
+    SandboxedTrainer,
+    SandboxError,
+    open_job_trainer,
+    open_sandboxed_trainer,
+)
+
+__all__ = ["SandboxError", "SandboxLimits", "SandboxUnavailable", "SandboxedTrainer",
+           "open_job_trainer", "open_sandboxed_trainer"]

@@ -1,0 +1,89 @@
+"""One pre-started, still empty sandbox per worker process.
+
+Starting a sandbox costs little (bubblewrap: ~10 ms), but the interpreter's
+imports of numpy and pydantic cost a few hundred ms of CPU. A worker keeps
+one sandbox started ahead, before any tenant's code or data is in it, and
+hands it to the next chunk; when that chunk's sandbox closes, it starts the
+next spare. Each sandbox still
+serves exactly one chunk of one job: a spare has run no code but ours and
+holds nothing, so handing it over shares nothing between tenants.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import queue
+import threading
+
+from workers.sandbox.runner import SandboxLimits, SandboxProcess
+
+_lock = threading.Lock()
+_spare: SandboxProcess | None = None
+_requests: queue.SimpleQueue[SandboxLimits] | None = None
+_requests_pid = 0
+"""The process that started the starter thread (a forked worker needs its own)."""
+
+
+def take(limits: SandboxLimits) -> SandboxProcess:
+    """A started sandbox for ``limits``: the spare when it fits and lives, else a new one."""
+    global _spare
+    with _lock:
+        spare, _spare = _spare, None
+    if spare is not None and (spare.limits != limits or spare.proc.poll() is not None):
+        spare.kill(wait=False)
+        spare = None
+    return spare if spare is not None else SandboxProcess(limits)
+
+
+def replenish(limits: SandboxLimits) -> None:
+    """Have the next spare started unless one is ready. Called as a chunk's
+    sandbox closes, so the spare's imports do not compete with that chunk's
+    training; the start itself (a fork and exec) happens on the starter thread."""
+    _starter().put(limits)
+
+
+def _start_spare(limits: SandboxLimits) -> None:
+    global _spare
+    with _lock:
+        if _spare is not None and _spare.limits == limits and _spare.proc.poll() is None:
+            return
+    fresh = SandboxProcess(limits)
+    with _lock:
+        old, _spare = _spare, fresh
+    if old is not None:
+        old.kill(wait=False)
+
+
+def _run_starter(requests: queue.SimpleQueue[SandboxLimits]) -> None:
+    while True:
+        limits = requests.get()
+        with contextlib.suppress(Exception):  # no spare then: the next chunk starts its own
+            _start_spare(limits)
+
+
+def _starter() -> queue.SimpleQueue[SandboxLimits]:
+    """The queue of the thread that starts spares. It never ends: bubblewrap's
+    --die-with-parent follows the thread that started it, so a spare started
+    by a short-lived thread would die with that thread."""
+    global _requests, _requests_pid
+    with _lock:
+        if _requests is None or _requests_pid != os.getpid():
+            _requests = queue.SimpleQueue()
+            _requests_pid = os.getpid()
+            threading.Thread(target=_run_starter, args=(_requests,), daemon=True,
+                             name="sandbox-spare-starter").start()
+        return _requests
+
+
+def discard() -> None:
+    """End the spare (tests, shutdown)."""
+    global _spare
+    with _lock:
+        spare, _spare = _spare, None
+    if spare is not None:
+        spare.kill()
+
+
+atexit.register(discard)

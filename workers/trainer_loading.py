@@ -1,0 +1,34 @@
+"""Building the trainer a chunk runs: registered in-process, or tenant code sandboxed."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+
+from backend.core.code_refs import is_code_ref
+from backend.core.models import Job
+from workers.trainers.contract import Trainer
+from workers.trainers.data import load_training_data
+from workers.trainers.registry import make_trainer
+
+
+def load_trainer(engine: Engine, job: Job, checkpoint: bytes | None) -> Trainer:
+    """The job's trainer, at its checkpoint when ``checkpoint`` is given.
+
+    Tenant code (``code:<id>``) never runs in this process: it gets a
+    sandboxed child that speaks the contract over a pipe.
+    """
+    data = load_training_data(engine, job)
+    trainer: Trainer
+    if is_code_ref(job.algorithm):
+        from workers.sandbox import open_job_trainer
+
+        trainer = open_job_trainer(engine, job, data)
+    else:
+        trainer = make_trainer(job.algorithm, data, job.params, job.seed)
+    if checkpoint is not None:
+        try:
+            trainer.restore(checkpoint)
+        except BaseException:
+            trainer.close()
+            raise
+    return trainer
