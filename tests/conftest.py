@@ -13,6 +13,19 @@ from tests.utils.services import database, postgres_available, test_redis
 DB_KINDS = ["sqlite", "postgresql"]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests whose subject is not the database (sandbox, streams) run
+    once, on SQLite, instead of once per database."""
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and "postgresql" in callspec.params.values()
+        (drop if on_postgres and item.get_closest_marker("one_database") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with test_redis(tmp_path_factory.mktemp("redis")) as url:

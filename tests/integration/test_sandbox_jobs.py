@@ -1,6 +1,7 @@
 """Jobs running uploaded tenant code on the real portal (Celery workers, Redis,
-both databases): a legitimate trainer completes; each hostile one fails only
-its own job with a readable reason while a normal job beside it completes."""
+SQLite; the sandbox does not depend on the database): a legitimate trainer
+completes; each hostile one fails only its own job with a readable reason
+while a normal job beside it completes."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trainers"
 SECRET_NAME = "SLAQ_SANDBOX_TEST_SECRET"
 SECRET_VALUE = "worker-secret-tenants-must-not-see"
 FINISHED = ("completed", "failed", "cancelled")
+pytestmark = pytest.mark.one_database
 
 
 @pytest.fixture(scope="module")

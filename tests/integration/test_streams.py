@@ -138,6 +138,7 @@ def blocked_stream_reads(portal: Portal) -> int:
                if c.get("name") == name and c.get("cmd") == "xread")
 
 
+@pytest.mark.one_database
 def test_idle_stream_keeps_alive_then_delivers_points(portal: Portal, admin: httpx.Client) -> None:
     token = make_user_token(portal.db_url, tenant="stream-idle", email="ida@stream-idle.test",
                             max_slots=0)
