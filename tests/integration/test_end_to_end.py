@@ -10,12 +10,12 @@ import time
 from typing import Any, cast
 
 import httpx
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlmodel import col
 
 from backend.core.db import engine_for, session_scope
 from backend.core.leases import Leases
-from backend.core.models import Decision, LossRecord
+from backend.core.models import LossRecord
 from tests.utils.portal import Portal
 from tests.utils.waiting import wait_until
 
@@ -217,11 +217,9 @@ def test_sigkilled_worker_loses_nothing(portal: Portal, api: httpx.Client) -> No
     done = wait_finished(api, job["id"], timeout=180)
     assert done["status"] == "completed", done
     assert stored_iterations(portal.db_url, job["id"]) == list(range(1, 401))
-    with session_scope(engine_for(portal.db_url)) as session:
-        chunks = session.execute(
-            select(func.count()).select_from(Decision).where(Decision.job_id == job["id"])
-        ).scalar_one()
-    assert chunks >= 2
+    # The kill took: replacement processes took the slots (a chunk can be sized
+    # to the whole job, so the rerun may be the same chunk, redelivered).
+    wait_until(lambda: set(portal.slot_pids()) - set(victims), 30, "replacement workers")
 
 
 def test_redis_wiped_mid_run_loses_no_job(portal: Portal, api: httpx.Client) -> None:

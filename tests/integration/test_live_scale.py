@@ -212,7 +212,9 @@ def test_bulk_cancel_of_a_thousand_jobs_is_one_request(world: World) -> None:
             select(col(Job.id)).where(col(Job.id).in_(world.ids),
                                       col(Job.status).in_([JobStatus.queued, JobStatus.running,
                                                            JobStatus.paused]))).all()]
-    assert len(active) >= QUEUED - 20
+    # Earlier tests let the scheduler run (and finish) some of them; the point
+    # is one request over about a thousand.
+    assert len(active) >= QUEUED * 0.9, len(active)
     # Another tenant's ids in the request are ignored, not cancelled.
     done = world.api.post("/api/v1/jobs/bulk",
                           json={"action": "cancel", "ids": active + world.other_ids})
