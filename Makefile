@@ -24,3 +24,4 @@ bench: setup
 	.venv/bin/python -m tests.bench.live_compare
 	.venv/bin/python -m tests.bench.chunk_overhead
 	.venv/bin/python -m tests.bench.chart_latency
+	.venv/bin/python -m tests.bench.sweeps

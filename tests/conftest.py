@@ -16,7 +16,8 @@ DB_KINDS = ["sqlite", "postgresql"]
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slow tests whose subject is not the database (sandbox, streams) run
     once, on SQLite, instead of once per database."""
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_postgres = callspec is not None and "postgresql" in callspec.params.values()

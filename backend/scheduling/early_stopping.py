@@ -26,6 +26,9 @@ from backend.scheduling.predictor import LossPredictor
 from backend.scheduling.types import JobView, LossPoint
 
 RULES = ("none", "predictive", "asha")
+EXTRAPOLATION_MARGIN = 0.3
+"""How much better than its optimistic prediction a job may still end, as a
+fraction of that value, at the start of its budget (none at its end)."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,14 @@ def _bounds(trial: Trial, sign: float) -> tuple[float, float, float]:
     if trial.final is None:
         return current, -math.inf, current
     mean, low, high = (sign * v for v in trial.final)
-    return mean, min(low, high), max(low, high)
+    optimistic = min(low, high)
+    # The predictor's band is its fit's uncertainty, not the extrapolation's:
+    # far from its end a curve can still bend a lot (a sweep's best MLP,
+    # 12% into its budget, was predicted to end at 0.0180 +- 0.0003 and ended
+    # at 0.0142). Widen the optimistic side in proportion to the budget left.
+    left = 1.0 - min(trial.iterations_done / max(trial.max_iterations, 1), 1.0)
+    optimistic -= EXTRAPOLATION_MARGIN * left * abs(optimistic)
+    return mean, optimistic, max(low, high)
 
 
 def _predictive(trials: Sequence[Trial], config: RuleConfig) -> list[Stop]:

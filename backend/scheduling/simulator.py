@@ -10,14 +10,17 @@ of ``n`` iterations takes the curve's recorded seconds for those iterations
 plus the curve's measured chunk overhead (half before the first iteration: dispatch
 and checkpoint load; half after the last: checkpoint save and report). Loss
 points become visible to the policy when the chunk ends. A job finishes
-when its curve ends (it converged in the recorded run).
+when its curve ends (it converged in the recorded run), or earlier when an
+optional ``stopper`` (an experiment's early-stopping rule) stops it: a
+stopped job that is running ends with its chunk in flight, like a live job
+paused mid-chunk.
 """
 
 from __future__ import annotations
 
 import heapq
 import time as wallclock
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +61,7 @@ class SimJob:
     chunks: int = 0
     pending: int = 0
     finish: float | None = None
+    stopped: bool = False
 
     def view(self) -> JobView:
         # The growing points list is passed, not copied: policies treat it as
@@ -99,8 +103,13 @@ def build_policy(name: str, trace: Trace, arrivals: Sequence[Arrival], **options
 _ARRIVE, _COMPLETE = 1, 0  # completions first at equal times: their slots are free
 
 
+Stopper = Callable[[float, Mapping[int, SimJob], Sequence[SimJob]], Iterable[int]]
+"""``stopper(now, active jobs, jobs whose chunk just ended)``: ids to stop now."""
+
+
 def simulate(
-    policy: Policy, trace: Trace, arrivals: Sequence[Arrival], config: SimConfig
+    policy: Policy, trace: Trace, arrivals: Sequence[Arrival], config: SimConfig,
+    stopper: Stopper | None = None,
 ) -> SimResult:
     """Run ``arrivals`` to completion under ``policy``; deterministic for given inputs."""
     jobs = [SimJob(a.index, trace.curve(a.curve_id), a.tenant_id, a.time, waiting_since=a.time)
@@ -116,6 +125,7 @@ def simulate(
     seq = len(jobs)
     while events:
         now = events[0][0]
+        ended: list[SimJob] = []
         while events and events[0][0] == now:
             _, kind, _, job_id = heapq.heappop(events)
             job = jobs[job_id]
@@ -124,7 +134,17 @@ def simulate(
             else:
                 free += 1
                 _complete(job, now)
+                ended.append(job)
+                if job.finish is None and job.stopped:
+                    job.finish = now
                 if job.finish is not None:
+                    del active[job_id]
+        if stopper is not None and ended:
+            for job_id in list(stopper(now, active, ended)):
+                job = active[job_id]
+                job.stopped = True
+                if not job.running:
+                    job.finish = now
                     del active[job_id]
         if free <= 0 or not any(not j.running for j in active.values()):
             continue

@@ -23,6 +23,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STANDARD_TRACE = REPO_ROOT / "data" / "traces" / "standard.json"
 TORCH_TRACE = REPO_ROOT / "data" / "traces" / "torch.json"
 """Deep-learning curves of the PyTorch trainers (``slaq record-trace --preset torch``)."""
+SWEEP_TRACES = {name: REPO_ROOT / "data" / "traces" / f"{name}.json"
+                for name in ("sweep-numpy", "sweep-torch")}
+"""Every configuration of a sweep (``slaq record-trace --preset sweep-numpy``)."""
 SIM_POLICIES = ("fifo", "fair", "las", "slaq-classic", "slaq", "oracle")
 """Default comparison order: baselines first, oracle last."""
 
@@ -103,16 +106,20 @@ def record_trace_main(argv: list[str]) -> int:
         prog="slaq record-trace",
         description="Run the portal's algorithms to convergence and save their loss curves.")
     parser.add_argument("--out", type=Path, default=None,
-                        help="trace file to write (default: data/traces/standard.json, or "
-                        "torch.json for --preset torch)")
-    parser.add_argument("--preset", choices=["standard", "small", "torch"], default="standard",
+                        help="trace file to write (default: data/traces/<preset>.json; "
+                        "standard.json for small)")
+    parser.add_argument("--preset", choices=["standard", "small", "torch", *SWEEP_TRACES],
+                        default="standard",
                         help="which set of runs (small: the golden-test trace; torch: the "
-                        "PyTorch trainers, needs the torch extra)")
+                        "PyTorch trainers, needs the torch extra; sweep-numpy and "
+                        "sweep-torch: 30-configuration sweeps for tests/bench/sweeps.py)")
     parser.add_argument("--only", action="append", default=[],
                         help="keep runs whose id contains this text (repeatable)")
     args = parser.parse_args(argv)
     if args.preset == "torch":
         return _record_torch(parser, args)
+    if args.preset in SWEEP_TRACES:
+        return _record_sweep(parser, args)
     if args.out is None:
         args.out = STANDARD_TRACE
     from backend.simulation.record import SMALL_RUNS, STANDARD_RUNS, record_trace
@@ -150,6 +157,24 @@ def _record_torch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     trace = record_torch_trace(runs, progress=lambda c: print(
         f"{c.id}: {c.iterations} iterations, {c.total_seconds:.1f}s ({c.stop_reason})",
         flush=True))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_trace(trace, out)
+    print(f"wrote {len(trace.curves)} curves to {out} ({out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+def _record_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from backend.simulation.record_sweeps import record_numpy_sweep, record_torch_sweep
+
+    if args.only:
+        parser.error("--only does not apply to sweeps: a sweep is recorded whole")
+    try:
+        record = record_torch_sweep if args.preset == "sweep-torch" else record_numpy_sweep
+        trace = record(lambda line: print(line, flush=True))
+    except ImportError as exc:
+        parser.error(f"the sweep-torch preset needs the torch extra (pip install '.[torch]'): "
+                     f"{exc}")
+    out: Path = args.out or SWEEP_TRACES[args.preset]
     out.parent.mkdir(parents=True, exist_ok=True)
     save_trace(trace, out)
     print(f"wrote {len(trace.curves)} curves to {out} ({out.stat().st_size / 1e6:.2f} MB)")

@@ -1,0 +1,69 @@
+"""An experiment's early-stopping rule on the simulated clock.
+
+The live scheduler applies :func:`backend.scheduling.early_stopping.decide`
+to an experiment's jobs (:mod:`backend.scheduler.experiment_stopping`);
+this adapter applies the same rule, with the same curve predictor, to the
+simulator's jobs whenever a chunk of one of them ends, so the sweep
+benchmark measures the code that runs live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from backend.scheduling.early_stopping import RuleConfig, Trial, decide, predict_final
+from backend.scheduling.predictor import LossPredictor
+from backend.scheduling.simulator import SimJob
+
+POINT_EVERY = 10
+"""The rule sees every 10th loss (and the last): what an experiment that
+evaluates every 10 iterations shows, and it keeps ASHA's rung lookups cheap."""
+
+
+class SweepStopper:
+    """``stopper`` for :func:`backend.scheduling.simulator.simulate`: stops
+    the experiment's jobs (``job_ids``) that ``config``'s rule stops."""
+
+    def __init__(self, config: RuleConfig, job_ids: Collection[int]) -> None:
+        self.config = config
+        self.job_ids = frozenset(job_ids)
+        self.predictor = LossPredictor()
+        self.jobs: dict[int, SimJob] = {}
+        self.finals: dict[int, tuple[float, float, float] | None] = {}
+        self.series: dict[int, tuple[tuple[int, float], ...]] = {}
+        self.stopped: list[int] = []
+
+    def __call__(self, now: float, active: Mapping[int, SimJob],
+                 ended: Sequence[SimJob]) -> list[int]:
+        changed = [j for j in ended if j.job_id in self.job_ids]
+        if not changed:
+            return []
+        self.jobs.update((i, j) for i, j in active.items() if i in self.job_ids)
+        self.jobs.update((j.job_id, j) for j in changed)
+        for job in changed:
+            self.series[job.job_id] = _points(job)
+            if self.config.rule == "predictive" and job.finish is None:
+                self.finals[job.job_id] = predict_final(
+                    self.predictor, job_id=job.job_id, points=self.series[job.job_id],
+                    max_iterations=_budget(job), maximise=False)
+        trials = [Trial(job_id=i, iterations_done=j.done, max_iterations=_budget(j),
+                        points=self.series[i], final=self.finals.get(i),
+                        stoppable=j.finish is None and not j.stopped)
+                  for i, j in self.jobs.items() if i in self.series]
+        stops = [s.job_id for s in decide(trials, self.config)
+                 if s.job_id in active and not active[s.job_id].stopped]
+        self.stopped += stops
+        return stops
+
+
+def _budget(job: SimJob) -> int:
+    """The job's iteration budget, as its live job would have it."""
+    return max(job.curve.max_iterations, job.curve.iterations)
+
+
+def _points(job: SimJob) -> tuple[tuple[int, float], ...]:
+    chosen = [(p.iteration, p.loss) for p in job.points if p.iteration % POINT_EVERY == 0]
+    last = job.points[-1]
+    if not chosen or chosen[-1][0] != last.iteration:
+        chosen.append((last.iteration, last.loss))
+    return tuple(chosen)

@@ -1,0 +1,73 @@
+"""The live early-stopping rules on the simulated clock: a sweep replayed in
+the simulator loses its hopeless configurations, never its best, and a job
+without a rule runs to its end."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from backend.scheduling.early_stopping import RuleConfig
+from backend.scheduling.simulator import SimConfig, build_policy, simulate
+from backend.scheduling.trace import Trace, TraceCurve
+from backend.scheduling.workload import Arrival
+from backend.simulation.sweep_stopping import SweepStopper
+from tests.bench.sweeps import best_final, smoothed, time_to_target
+
+ITERATIONS = 400
+
+
+def _curve(name: str, floor: float, rate: float) -> TraceCurve:
+    losses = tuple(floor + (2.0 - floor) * math.exp(-rate * i) for i in range(ITERATIONS))
+    return TraceCurve(id=name, losses=losses, seconds=(0.01,) * ITERATIONS,
+                      max_iterations=ITERATIONS, chunk_overhead_seconds=0.02)
+
+
+SWEEP = Trace(curves=(
+    _curve("best", 0.1, 0.03), _curve("good", 0.3, 0.03), _curve("fair", 0.5, 0.02),
+    _curve("slow", 1.2, 0.01), _curve("flat", 1.9, 0.001), _curve("flatter", 1.95, 0.0005)))
+ARRIVALS = [Arrival(index=i, time=0.0, curve_id=c.id) for i, c in enumerate(SWEEP.curves)]
+
+
+def _run(rule: str) -> tuple[list[str], list[str], float]:
+    stopper = None if rule == "none" else SweepStopper(
+        RuleConfig(rule=rule, top_k=2, min_iterations=50), range(len(ARRIVALS)))
+    result = simulate(build_policy("fair", SWEEP, ARRIVALS), SWEEP, ARRIVALS,
+                      SimConfig(slots=2, chunk_seconds=0.2), stopper=stopper)
+    stopped = [j.curve.id for j in result.jobs if j.stopped]
+    finished = [j.curve.id for j in result.jobs if j.finish is not None]
+    return stopped, finished, sum(j.attained for j in result.jobs)
+
+
+@pytest.mark.parametrize("rule", ["predictive", "asha"])
+def test_a_rule_stops_the_hopeless_never_the_best(rule: str) -> None:
+    stopped, finished, spent = _run(rule)
+    _, all_finished, all_spent = _run("none")
+    assert {"flat", "flatter"} <= set(stopped), stopped
+    assert "best" not in stopped
+    if rule == "predictive":
+        assert "good" not in stopped, "the top 2 are kept"  # ASHA halves down to one
+    # Every job still ends (stopped jobs end where they stop), on fewer slot-seconds.
+    assert sorted(finished) == sorted(all_finished) == sorted(c.id for c in SWEEP.curves)
+    assert spent < all_spent
+
+
+def test_without_a_rule_every_configuration_runs_its_whole_curve() -> None:
+    result = simulate(build_policy("fair", SWEEP, ARRIVALS), SWEEP, ARRIVALS,
+                      SimConfig(slots=2, chunk_seconds=0.2))
+    assert [j.done for j in result.jobs] == [ITERATIONS] * len(SWEEP.curves)
+    assert not any(j.stopped for j in result.jobs)
+
+
+def test_time_to_target_is_when_the_best_configuration_gets_within_one_percent() -> None:
+    best, target = best_final(SWEEP)
+    assert best == "best" and target == pytest.approx(smoothed(SWEEP.curves[0].losses)[-1])
+    result = simulate(build_policy("fair", SWEEP, ARRIVALS), SWEEP, ARRIVALS,
+                      SimConfig(slots=2, chunk_seconds=0.2))
+    when = time_to_target(result.jobs, target, 0.0)
+    job = result.jobs[0]
+    seen = smoothed(job.curve.losses)
+    first = next(i for i, v in enumerate(seen) if v <= target * 1.01)
+    assert when == pytest.approx(job.iteration_times[first])
+    assert time_to_target(result.jobs[1:], target, 0.0) == math.inf
