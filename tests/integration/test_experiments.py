@@ -270,7 +270,7 @@ def test_asha_stops_the_lagging_configurations_at_a_rung(sweep_portal: Portal) -
         got = wait_until(stopped, 150, "ASHA to stop the two flat configurations",
                          interval=0.5)
         stops = [j["id"] for j in got["jobs"] if j["stopped_early"]]
-        assert len(stops) <= 4, "ASHA keeps the best third"
+        assert len(stops) < len(rates), "the best configuration is never stopped"
         for job in got["jobs"]:
             if job["id"] not in stops:
                 continue
