@@ -84,7 +84,7 @@ def test_compare_view_overlays_smooths_and_tabulates_selected_runs(
     compare = page.locator("#compare-selected")
     expect(compare).to_be_disabled()
     for job_id in ids:
-        page.get_by_label(f"Select job {job_id} to compare").check()
+        page.get_by_label(f"Select job {job_id}", exact=True).check()
     expect(compare).to_have_text("Compare 3 selected")
     compare.click()
     page.wait_for_url(re.compile(r"/compare\?jobs=" + ",".join(map(str, sorted(ids))) + "$"))

@@ -1,6 +1,7 @@
 // Jobs page: the tenant's jobs with status, progress, loss, a sparkline and,
 // for waiting jobs, what they wait for in plain words (the server's explanation). Filter by
-// status, paginate, and stay live (SSE job events + a slow poll).
+// status, paginate, and stay live (SSE job events + a slow poll). Ticked jobs can be
+// compared, or paused, resumed and cancelled in one request (POST /api/v1/jobs/bulk).
 
 import { api } from "../api.js";
 import {
@@ -37,7 +38,7 @@ const state = {
   sparks: new Map(), // job id -> {iterations, losses}
   live: "off",
   loading: null,
-  selected: new Set(), // job ids ticked for the compare view
+  selected: new Set(), // job ids ticked for the compare view and the bulk actions
 };
 
 function readUrl() {
@@ -90,13 +91,83 @@ function syncCompare() {
   if (!button) return;
   button.disabled = state.selected.size < 2;
   button.textContent = compareLabel();
+  for (const [action, label] of BULK) {
+    const bulkButton = $(`#bulk-${action}`);
+    if (!bulkButton) continue;
+    bulkButton.disabled = state.selected.size === 0;
+    bulkButton.textContent = state.selected.size ? `${label} ${state.selected.size}` : label;
+  }
+}
+
+// ---- acting on the selection ----
+
+const BULK = [
+  ["pause", "Pause"],
+  ["resume", "Resume"],
+  ["cancel", "Cancel"],
+];
+const DONE = { pause: "Paused", resume: "Resumed", cancel: "Cancelled" };
+const DOING = { pause: "Pausing", resume: "Resuming", cancel: "Cancelling" };
+// What a job must be for each action to change it (the server skips the rest).
+const ACTS_ON = { pause: ["queued", "running"], resume: ["paused"], cancel: ["queued", "running", "paused"] };
+
+function jobsWord(n) {
+  return n === 1 ? "1 job" : `${n} jobs`;
+}
+
+function bulkButtons() {
+  return BULK.map(([action, label]) => {
+    const button = h(
+      "button",
+      {
+        type: "button",
+        class: action === "cancel" ? "btn btn-danger" : "btn",
+        id: `bulk-${action}`,
+        disabled: state.selected.size === 0,
+        title: `${label} every ticked job that can be ${DONE[action].toLowerCase()}`,
+      },
+      state.selected.size ? `${label} ${state.selected.size}` : label,
+    );
+    button.addEventListener("click", () => bulk(action));
+    return button;
+  });
+}
+
+async function bulk(action) {
+  const ids = [...state.selected].sort((a, b) => a - b);
+  if (!ids.length) return;
+  if (action === "cancel" && !window.confirm(`Cancel ${jobsWord(ids.length)} for good? Their loss histories are kept.`)) {
+    return;
+  }
+  const out = $("#bulk-result");
+  clear(out, notice("loading", `${DOING[action]} ${jobsWord(ids.length)}…`));
+  let result;
+  try {
+    result = await api("/api/v1/jobs/bulk", { method: "POST", body: { action, ids } });
+  } catch (err) {
+    clear(out, notice("error", `Could not ${action} the ticked jobs: ${err.message}`));
+    return;
+  }
+  const left = ids.length - result.changed;
+  const why = `not ${ACTS_ON[action].join(" or ")}`;
+  clear(
+    out,
+    notice(
+      result.changed ? "success" : "info",
+      `${DONE[action]} ${jobsWord(result.changed)}.`,
+      left ? ` ${jobsWord(left)} left as they were (${why}).` : "",
+    ),
+  );
+  state.selected.clear();
+  syncCompare();
+  load({ quiet: true });
 }
 
 function selectCell(job) {
   const box = h("input", {
     type: "checkbox",
     class: "select-job",
-    "aria-label": `Select job ${job.id} to compare`,
+    "aria-label": `Select job ${job.id}`,
     checked: state.selected.has(job.id),
   });
   box.addEventListener("change", () => {
@@ -104,7 +175,7 @@ function selectCell(job) {
     else state.selected.delete(job.id);
     syncCompare();
   });
-  return h("td", { "data-label": "Compare", class: "select-cell" }, box);
+  return h("td", { "data-label": "Select", class: "select-cell" }, box);
 }
 
 function compareButton() {
@@ -212,7 +283,7 @@ function renderToolbar() {
     { class: "toolbar" },
     h("div", { class: "field" }, h("label", { for: "status-filter" }, "Status"), select),
     h("div", { class: "field" }, h("label", { for: "page-size" }, "Page size"), size),
-    h("div", { class: "field" }, compareButton()),
+    h("div", { class: "field btn-row", role: "group", "aria-label": "Ticked jobs" }, compareButton(), bulkButtons()),
     h("span", { class: "live-dot", id: "jobs-live", "data-state": state.live }, ""),
   );
 }
@@ -328,7 +399,7 @@ async function load({ quiet = false } = {}) {
           h(
             "tr",
             {},
-            h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Select to compare")),
+            h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Select")),
             ["Job", "Status", "Progress", "Loss", "Trend", "Details"].map((label) =>
               h("th", { scope: "col", class: label === "Loss" ? "num" : null }, label),
             ),
@@ -419,7 +490,7 @@ async function main() {
   await startPage("jobs");
   await loadUploads();
   readUrl();
-  clear($("#jobs-root"), renderToolbar(), h("div", { id: "jobs-results" }));
+  clear($("#jobs-root"), renderToolbar(), h("div", { id: "bulk-result" }), h("div", { id: "jobs-results" }));
   showState($("#jobs-live"), state.live);
   window.addEventListener("popstate", () => {
     readUrl();
