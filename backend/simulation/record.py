@@ -35,7 +35,7 @@ class RunSpec:
     dataset_params: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
     max_iterations: int = 4000
-    tolerance: float = 1e-4
+    tolerance: float | None = 1e-4
     window: int = 10
 
     @property

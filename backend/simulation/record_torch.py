@@ -14,39 +14,27 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from backend.scheduling.trace import Trace, TraceCurve
-from backend.simulation.record import DISPATCH_SECONDS
+from backend.simulation.record import DISPATCH_SECONDS, RunSpec
 from workers.stopping import StopRule, check
 
 TEXT_DATASET = "python_docs"
 
 
 @dataclass(frozen=True)
-class TorchRunSpec:
+class TorchRunSpec(RunSpec):
     """One PyTorch job to record, named like a portal job spec."""
 
-    algorithm: str
-    dataset: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-    dataset_params: Mapping[str, Any] = field(default_factory=dict)
-    seed: int = 0
     max_iterations: int = 1000
     # Minibatch losses are noisy enough that a relative-change test stops runs
     # by chance; deep-learning runs get an iteration budget instead.
     tolerance: float | None = None
-    window: int = 10
-
-    @property
-    def curve_id(self) -> str:
-        extras = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
-        return f"{self.algorithm}/{self.dataset}" + (f"/{extras}" if extras else "") + \
-            f"/s{self.seed}"
 
 
 _SYNTH = {"n_samples": 5000, "n_features": 20, "n_classes": 4}

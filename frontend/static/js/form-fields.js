@@ -3,8 +3,8 @@
 // tenant's uploads and uploaded code), parameter labels and ranges in words,
 // and parsing a typed value against its schema entry.
 
-import { api } from "./api.js";
-import { formatNumber, h } from "./dom.js";
+import { api, ApiError } from "./api.js";
+import { $, clear, formatNumber, h, notice } from "./dom.js";
 import { loadUploads } from "./uploads.js";
 
 /** "learning_rate" -> "Learning rate"; "l2" -> "L2". */
@@ -105,6 +105,45 @@ export async function loadCatalog(me) {
   ]);
   const own = uploads.filter((d) => d.tenant_id === me.tenant_id).map(uploadEntry);
   return { algorithms: [...algorithms, ...code.map(codeEntry)], datasets: [...own, ...datasets] };
+}
+
+/** The catalog for a form in ``root``; null, with the reason shown there, when
+ * it could not be loaded or offers no algorithm. */
+export async function catalogForForm(me, root) {
+  let catalog;
+  try {
+    catalog = await loadCatalog(me);
+  } catch (err) {
+    clear(root, notice("error", `Could not load the catalog: ${err.message}`));
+    return null;
+  }
+  if (!catalog.algorithms.length) {
+    clear(root, notice("info", "No algorithms are installed on this portal."));
+    return null;
+  }
+  return catalog;
+}
+
+/** A refused submission, above the form (#form-message): a quota refusal (409)
+ * with its figures after ``quotaHeadline``, anything else plainly. Field
+ * errors (422) are the form's own. */
+export function showRefusal(err, quotaHeadline) {
+  const message = $("#form-message");
+  if (!(err instanceof ApiError && err.status === 409)) {
+    clear(message, notice("error", `Could not submit: ${err.message}`));
+    return;
+  }
+  const d = err.detail && typeof err.detail === "object" ? err.detail : {};
+  clear(
+    message,
+    notice(
+      "error",
+      h("strong", {}, quotaHeadline),
+      h("span", { "data-testid": "quota-message" }, d.message || err.message),
+      d.quota ? h("div", { class: "small" }, `Quota ${d.quota}: limit ${d.limit}, in use ${d.usage}.`) : null,
+    ),
+  );
+  message.focus?.();
 }
 
 export function compatibleDatasets(catalog, algo) {

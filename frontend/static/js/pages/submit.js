@@ -10,12 +10,13 @@ import { $, clear, h, notice } from "../dom.js";
 import { startPage } from "../layout.js";
 import {
   algorithmOptions as sharedAlgorithmOptions,
+  catalogForForm,
   compatibleDatasets as sharedCompatibleDatasets,
   datasetOptions,
   EVALUATION_FIELDS,
   FieldSet,
-  loadCatalog,
   parseValue,
+  showRefusal,
   STOPPING_FIELDS,
 } from "../form-fields.js";
 import { datasetLabel, hasDefaultName, uploadId } from "../uploads.js";
@@ -311,20 +312,8 @@ async function onSubmit(event) {
     button.disabled = false;
     if (err instanceof ApiError && err.status === 422) {
       showErrors(fieldErrors(err.detail), "The server refused the job.");
-    } else if (err instanceof ApiError && err.status === 409) {
-      const d = err.detail && typeof err.detail === "object" ? err.detail : {};
-      clear(
-        $("#form-message"),
-        notice(
-          "error",
-          h("strong", {}, "Over your tenant's quota. "),
-          h("span", { "data-testid": "quota-message" }, d.message || err.message),
-          d.quota ? h("div", { class: "small" }, `Quota ${d.quota}: limit ${d.limit}, in use ${d.usage}.`) : null,
-        ),
-      );
-      $("#form-message").focus?.();
     } else {
-      clear($("#form-message"), notice("error", `Could not submit: ${err.message}`));
+      showRefusal(err, "Over your tenant's quota. ");
     }
   }
 }
@@ -332,16 +321,8 @@ async function onSubmit(event) {
 async function main() {
   const me = await startPage("submit");
   const root = $("#submit-root");
-  try {
-    catalog = await loadCatalog(me);
-  } catch (err) {
-    clear(root, notice("error", `Could not load the catalog: ${err.message}`));
-    return;
-  }
-  if (!catalog.algorithms.length) {
-    clear(root, notice("info", "No algorithms are installed on this portal."));
-    return;
-  }
+  catalog = await catalogForForm(me, root);
+  if (!catalog) return;
   buildForm(root);
   $("#form-message").tabIndex = -1;
   const cloneId = new URLSearchParams(window.location.search).get("clone");

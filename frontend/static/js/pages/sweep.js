@@ -9,6 +9,7 @@ import { api, ApiError, fieldErrors } from "../api.js";
 import { $, clear, formatNumber, h, notice } from "../dom.js";
 import {
   algorithmOptions,
+  catalogForForm,
   compatibleDatasets,
   datasetOptions,
   describeRange,
@@ -16,7 +17,7 @@ import {
   FieldSet,
   humanize,
   idFor,
-  loadCatalog,
+  showRefusal,
   STOPPING_FIELDS,
 } from "../form-fields.js";
 import { startPage } from "../layout.js";
@@ -429,22 +430,8 @@ async function onSubmit(event) {
     button.disabled = false;
     if (err instanceof ApiError && err.status === 422) {
       showErrors(fieldErrors(err.detail), "The server refused the sweep.");
-    } else if (err instanceof ApiError && err.status === 409) {
-      const d = err.detail && typeof err.detail === "object" ? err.detail : {};
-      clear(
-        $("#form-message"),
-        notice(
-          "error",
-          h("strong", {}, "Over your tenant's quota: nothing was submitted. "),
-          h("span", { "data-testid": "quota-message" }, d.message || err.message),
-          d.quota ? h("div", { class: "small" }, `Quota ${d.quota}: limit ${d.limit}, in use ${d.usage}.`) : null,
-        ),
-      );
-      $("#form-message").focus?.();
-    } else if (err instanceof ApiError && err.status === 404) {
-      clear($("#form-message"), notice("error", "This portal does not take sweeps yet (no experiments API)."));
     } else {
-      clear($("#form-message"), notice("error", `Could not submit: ${err.message}`));
+      showRefusal(err, "Over your tenant's quota: nothing was submitted. ");
     }
   }
 }
@@ -452,16 +439,8 @@ async function onSubmit(event) {
 async function main() {
   const me = await startPage("experiments");
   const root = $("#sweep-root");
-  try {
-    catalog = await loadCatalog(me);
-  } catch (err) {
-    clear(root, notice("error", `Could not load the catalog: ${err.message}`));
-    return;
-  }
-  if (!catalog.algorithms.length) {
-    clear(root, notice("info", "No algorithms are installed on this portal."));
-    return;
-  }
+  catalog = await catalogForForm(me, root);
+  if (!catalog) return;
   buildForm(root);
   onAlgorithmChange();
 }
