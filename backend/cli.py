@@ -6,12 +6,24 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 
 def _logging() -> None:
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def _multiprocess_metrics(default: Path) -> None:
+    """Several API processes: their request figures go to files in one
+    directory (prometheus-client's multiprocess mode), so /metrics answers the
+    same sum from any of them. Set before the processes import the client;
+    an earlier run's files are removed first."""
+    path = Path(os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(default.resolve())))
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("scheduler", help="the scheduler process only")
     worker = sub.add_parser("worker", help="a Celery worker process")
     worker.add_argument("--concurrency", type=int, default=None)
+    worker.add_argument("--pool", default=None,
+                        help="the worker pool to join (default: WORKER_POOL, else cpu); its "
+                        "slots run only chunks placed on that pool")
     sub.add_parser("migrate", help="apply database migrations")
     sub.add_parser("seed", help="create the platform admin and demo tenant")
     reset = sub.add_parser("reset-password",
@@ -63,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "api":
         import uvicorn
 
+        if settings.api_processes > 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            _multiprocess_metrics(settings.data_dir / "prometheus-api")
+
         # Off: uvicorn would take X-Forwarded-For from local clients as their
         # address; backend.api.client_address decides whom to believe.
         uvicorn.run("backend.main:app", host=settings.host, port=settings.port,
@@ -78,10 +96,22 @@ def main(argv: list[str] | None = None) -> int:
         run_forever()
         return 0
     if args.command == "worker":
+        if args.pool is not None:
+            from backend.core.pools import check_pool_name
+
+            try:
+                os.environ["WORKER_POOL"] = check_pool_name(args.pool)
+            except ValueError as bad:
+                print(f"error: {bad}", file=sys.stderr)
+                return 2
+            get_settings.cache_clear()
+            settings = get_settings()
+        from backend.core.pools import pool_queue
         from backend.core.redis_conn import get_keys
         from workers.celery_app import celery_app
 
-        celery_app.worker_main(["worker", "-Q", get_keys().chunk_queue, "--loglevel", "INFO",
+        celery_app.worker_main(["worker", "-Q", pool_queue(get_keys(), settings.worker_pool),
+                                "--loglevel", "INFO",
                                 "--concurrency", str(args.concurrency or settings.workers)])
         return 0
     from backend.core.db import migrate, session_scope

@@ -7,6 +7,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from backend.core.pools import POOL_NAME, POOL_NAME_RULE
 from backend.security import MIN_PASSWORD_LENGTH
 
 T = TypeVar("T")
@@ -47,6 +48,21 @@ class StoppingRule(BaseModel):
         return self
 
 
+class JobRequirements(BaseModel):
+    """What the worker slot running the job must offer (see docs/pools.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: bool | None = Field(
+        None, description="true: run only on a pool whose workers have a GPU; false: never "
+        "prefer one. Left out, jobs of GPU-capable trainers (the PyTorch ones) prefer a GPU "
+        "pool when one has a free slot and run elsewhere otherwise")
+    min_memory_mb: int = Field(0, ge=0, le=64 * 1024 * 1024,
+                               description="Run only on pools whose workers have this much memory")
+    pool: str | None = Field(None, pattern=POOL_NAME.pattern,
+                             description="Run only on this worker pool (" + POOL_NAME_RULE + ")")
+
+
 class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -61,6 +77,7 @@ class JobCreate(BaseModel):
         DEFAULT_EVAL_EVERY, ge=0, le=MAX_EVAL_EVERY,
         description="Evaluate on the held-out split every this many iterations (val_loss, "
         "val_accuracy, ...); 0 never evaluates. At most stopping.max_iterations")
+    requirements: JobRequirements = Field(default_factory=JobRequirements)
     quality_metric: str = Field(
         "loss", description="The metric the scheduler's quality signal and "
         "stopping.target_loss follow: " + " or ".join(f"'{m}'" for m in QUALITY_METRICS)
@@ -118,6 +135,8 @@ class JobPublic(BaseModel):
     queue_position: int | None = None
     eval_every: int = Field(description="Held-out evaluation every this many iterations; 0 never")
     quality_metric: str = Field(description="What the scheduler and stopping.target_loss follow")
+    requirements: JobRequirements = Field(description="What the slot running it must offer")
+    pool: str | None = Field(None, description="The worker pool of its latest chunk")
     last_eval: dict[str, float] = Field(description="The latest evaluation's metrics "
                                         "(val_loss, ...); empty before the first")
     last_eval_iteration: int | None = Field(description="The iteration of that evaluation")
@@ -192,6 +211,27 @@ class DecisionPublic(BaseModel):
     reason: str
     predicted_gain: float | None
     created_at: datetime
+    pool: str | None = Field(None, description="The worker pool the chunk was placed on")
+
+
+class PoolPublic(BaseModel):
+    name: str
+    slots: int = Field(description="Live worker slots in the pool now")
+    busy: int = Field(description="Slots running a chunk now")
+    cores: int = Field(description="Cores of the pool's smallest worker")
+    memory_mb: int = Field(description="Memory of the pool's smallest worker")
+    gpu: str | None = Field(description="GPU model, when every worker of the pool has one")
+    gpu_memory_mb: int
+    reserved_for: list[str] = Field(description="Tenants that may use it; empty: every tenant")
+    last_seen: datetime | None
+
+
+class PoolUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reserved_for: list[str] = Field(
+        max_length=1000, description="Names of the tenants that may use the pool; [] opens "
+        "it to every tenant")
 
 
 class LoginRequest(BaseModel):
@@ -260,6 +300,20 @@ class QuotaUpdate(BaseModel):
     max_queued_jobs: int | None = Field(None, ge=0, le=1_000_000)
     max_iterations_per_job: int | None = Field(None, ge=1, le=100_000_000)
     share_weight: float | None = Field(None, gt=0, le=1000)
+    pool_slots: dict[str, int] | None = Field(
+        None, description="Slots the tenant may hold at once per worker pool, e.g. "
+        '{"gpu": 1}; replaces the whole map ({} removes every per-pool limit)')
+
+    @field_validator("pool_slots")
+    @classmethod
+    def _pool_slots(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        for name, slots in (value or {}).items():
+            if not POOL_NAME.match(name):
+                raise ValueError(f"pool name {name!r} is not valid: {POOL_NAME_RULE}")
+            if not 0 <= slots <= 10_000:
+                raise ValueError(f"pool_slots[{name!r}] must be between 0 and 10000")
+        return value
+
     allow_code_uploads: bool | None = Field(
         None, description="Let the tenant upload trainer code (runs sandboxed; see "
         "deploy/PRODUCTION.md)")
@@ -278,6 +332,8 @@ class TenantPublic(BaseModel):
     usage: UsagePublic
     allow_code_uploads: bool = Field(
         False, description="Whether the tenant may upload trainer code (runs sandboxed)")
+    pool_slots: dict[str, int] = Field(
+        default_factory=dict, description="Per-pool slot quotas (pools not named: max_slots)")
 
 
 class TenantCreate(BaseModel):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.core.db import engine_for, migrate, session_scope
+from backend.core.pools import pool_queue
 from backend.core.redis_conn import reachable, start_private_redis
 from backend.core.redis_keys import RedisKeys
 from backend.core.settings import Settings
@@ -93,7 +94,7 @@ def children(settings: Settings) -> list[Child]:
         Child("scheduler", [py, "-m", "backend.cli", "scheduler"]),
         Child("workers", [py, "-m", "celery", "-A", "workers.celery_app", "worker",
                           "--concurrency", str(settings.workers), "--pool", "prefork",
-                          "-Q", RedisKeys(settings.redis_prefix).chunk_queue,
+                          "-Q", pool_queue(RedisKeys(settings.redis_prefix), settings.worker_pool),
                           "--loglevel", "WARNING", "--without-gossip",
                           "--without-mingle", "-n", f"slaq-{os.getpid()}@%h"]),
     ]

@@ -8,9 +8,10 @@ import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
 from backend.core.leases import Heartbeats, local_slot_id
+from backend.core.pools import SlotInfo, detect_slot, pool_queue
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.settings import get_settings
 
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 
 def make_celery() -> Celery:
     settings = get_settings()
-    queue = get_keys().chunk_queue
+    queue = pool_queue(get_keys(), settings.worker_pool)
     app = Celery("slaq", broker=settings.redis_url, include=["workers.tasks"])
     app.conf.update(
         task_acks_late=True,
@@ -57,9 +58,10 @@ def _heartbeat_loop() -> None:
     settings = get_settings()
     beats = Heartbeats(get_redis(), get_keys())
     ttl = settings.heartbeat_seconds * HEARTBEAT_MISSES
+    advert: SlotInfo = detect_slot(settings.worker_pool)
     while not _stop.is_set():
         try:
-            beats.beat(slot_id(), ttl)
+            beats.beat(slot_id(), ttl, advert)
         except Exception as exc:  # Redis restarts must not kill the worker
             log.warning("heartbeat failed: %s", exc)
         _stop.wait(settings.heartbeat_seconds)
@@ -79,3 +81,14 @@ def _stop_heartbeat(**_: Any) -> None:
         Heartbeats(get_redis(), get_keys()).leave(slot_id())
     except Exception as exc:
         log.warning("could not deregister slot: %s", exc)
+
+
+@worker_init.connect
+def _serve_metrics(**_: Any) -> None:
+    """In the worker's main process, before its pool starts: this host's and
+    pool's figures on WORKER_METRICS_PORT (see :mod:`workers.metrics`)."""
+    settings = get_settings()
+    if settings.worker_metrics_port:
+        from workers.metrics import serve
+
+        serve(settings.worker_metrics_port, settings.metrics_host)

@@ -33,6 +33,7 @@ from backend.core.notify import publish_job_event, wake_scheduler
 from backend.core.redis_keys import RedisKeys
 from workers.checkpoints import CheckpointStore
 from workers.iterations import Iterations, Point, Sample, run_iterations
+from workers.metrics import observe_chunk
 from workers.stopping import StopRule, Verdict
 from workers.trainer_loading import load_trainer
 from workers.trainers.contract import Trainer
@@ -87,6 +88,7 @@ class ChunkContext:
 
 
 def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> ChunkOutcome:
+    began = time.perf_counter()
     leases = Leases(ctx.redis, ctx.keys)
     # Claimed for this slot, so the scheduler can reclaim it once we stop heartbeating.
     holder = leases.claim(job_id, chunk_seq, local_slot_id())
@@ -134,6 +136,7 @@ def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> Ch
     publish_job_event(ctx.redis, ctx.keys, job_id=job_id, tenant_id=job.tenant_id,
                       status=status, iterations_done=run.iteration)
     wake_scheduler(ctx.redis, ctx.keys, f"chunk {job_id}:{chunk_seq}")
+    observe_chunk(ctx.redis, ctx.keys, began, run.points)
     outcome = Outcome.failed if status == JobStatus.failed else Outcome.ran
     return ChunkOutcome(job_id, chunk_seq, outcome, run.error or "", len(run.points), status)
 

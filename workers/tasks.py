@@ -11,6 +11,7 @@ from backend.core.task_names import RUN_CHUNK_TASK
 from workers.celery_app import celery_app
 from workers.checkpoints import CheckpointStore
 from workers.chunk_service import ChunkContext, run_chunk
+from workers.metrics import count_error, count_outcome
 
 
 @lru_cache(maxsize=1)
@@ -28,4 +29,10 @@ def _context() -> ChunkContext:
 @celery_app.task(name=RUN_CHUNK_TASK, acks_late=True)
 def run_chunk_task(job_id: int, chunk_seq: int, budget: int) -> None:
     """Run one granted chunk; safe to deliver twice (fenced by lease and seq)."""
-    run_chunk(_context(), int(job_id), int(chunk_seq), int(budget))
+    ctx = _context()
+    try:
+        done = run_chunk(ctx, int(job_id), int(chunk_seq), int(budget))
+    except Exception:
+        count_error(ctx.redis, ctx.keys)
+        raise
+    count_outcome(ctx.redis, ctx.keys, done.outcome)

@@ -44,7 +44,7 @@ def _tenant_public(tenant: Tenant, usage: Usage | None) -> TenantPublic:
         quotas=Quotas(**{f: getattr(tenant, f) for f in QUOTA_FIELDS}),
         usage=UsagePublic(running_slots=usage.running_slots, active_jobs=usage.active_jobs,
                           queued_jobs=usage.queued_jobs),
-        allow_code_uploads=tenant.allow_code_uploads)
+        allow_code_uploads=tenant.allow_code_uploads, pool_slots=dict(tenant.pool_slots or {}))
 
 
 def _user_public(user: User) -> UserPublic:

@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 
+from backend.core.pools import SlotInfo
 from backend.core.redis_keys import RedisKeys
 
 # KEYS[1] = lease key of the job, KEYS[2] = leases sorted set, KEYS[3] = lease slots hash
@@ -193,17 +194,34 @@ class Heartbeats:
         self._r = client
         self._k = keys
 
-    def beat(self, slot_id: str, ttl_s: float) -> None:
-        self._r.zadd(self._k.workers, {slot_id: _now_ms() + int(ttl_s * 1000)})
+    def beat(self, slot_id: str, ttl_s: float, info: SlotInfo | None = None) -> None:
+        pipe = self._r.pipeline(transaction=False)
+        pipe.zadd(self._k.workers, {slot_id: _now_ms() + int(ttl_s * 1000)})
+        if info is not None:
+            pipe.hset(self._k.worker_info, slot_id, info.to_json())
+        pipe.execute()
 
     def leave(self, slot_id: str) -> None:
-        self._r.zrem(self._k.workers, slot_id)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.zrem(self._k.workers, slot_id)
+        pipe.hdel(self._k.worker_info, slot_id)
+        pipe.execute()
 
     def alive(self) -> list[str]:
         now = _now_ms()
         self._r.zremrangebyscore(self._k.workers, "-inf", now)
         members: Any = self._r.zrangebyscore(self._k.workers, now, "+inf")
         return [str(m) for m in members]
+
+    def alive_info(self) -> dict[str, SlotInfo]:
+        """The live slots and their adverts; adverts of slots gone are dropped."""
+        alive = self.alive()
+        live = set(alive)
+        adverts: Any = self._r.hgetall(self._k.worker_info)
+        gone = [slot for slot in adverts if slot not in live]
+        if gone:
+            self._r.hdel(self._k.worker_info, *gone)
+        return {slot: SlotInfo.from_json(adverts.get(slot)) for slot in alive}
 
 
 class SchedulerLock:

@@ -51,6 +51,10 @@ class Tenant(SQLModel, table=True):
     # Uploaded trainer code runs sandboxed, but a sandbox is not a guarantee:
     # platform admins opt tenants in (see deploy/PRODUCTION.md).
     allow_code_uploads: bool = False
+    pool_slots: dict[str, int] = Field(default_factory=dict,
+                                       sa_column=Column(JSON, nullable=False))
+    """Slots the tenant may hold at once in a named worker pool (e.g. {"gpu": 1});
+    a pool not named is limited only by ``max_slots``."""
 
 
 class User(SQLModel, table=True):
@@ -120,6 +124,28 @@ class Job(SQLModel, table=True):
     stopped_early: bool = False
     """Paused by its experiment's early-stopping rule (``end_reason`` says why).
     Stays set after a resume by hand, so the rule never stops the job twice."""
+    requirements: dict[str, Any] = Field(default_factory=dict,
+                                         sa_column=Column(JSON, nullable=False))
+    """What the slot running it must offer: ``gpu`` (bool), ``min_memory_mb``,
+    ``pool``; and ``prefer_gpu``, set for the torch trainers unless the job says
+    otherwise (see :mod:`backend.scheduling.placement`)."""
+    pool: str | None = Field(default=None, max_length=40)
+    """The worker pool of the job's latest chunk."""
+
+
+class WorkerPool(SQLModel, table=True):
+    """A pool of worker slots the scheduler has seen, with its smallest
+    worker's resources, and the tenants it is reserved for (empty: all)."""
+
+    __tablename__ = "worker_pool"
+    name: str = Field(primary_key=True, max_length=40)
+    cores: int = 0
+    memory_mb: int = 0
+    gpu: str | None = Field(default=None, max_length=200)
+    gpu_memory_mb: int = 0
+    reserved_for: list[int] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    first_seen: datetime = Field(default_factory=utcnow)
+    last_seen: datetime = Field(default_factory=utcnow)
 
 
 class Experiment(SQLModel, table=True):
@@ -191,6 +217,8 @@ class Decision(SQLModel, table=True):
     reason: str
     predicted_gain: float | None = None
     created_at: datetime = Field(default_factory=utcnow, index=True)
+    pool: str | None = Field(default=None, max_length=40)
+    """The worker pool the chunk was placed on."""
 
 
 class PortalSetting(SQLModel, table=True):

@@ -47,6 +47,13 @@ class RedisKeys:
         """Sorted set slot id (host:pid) -> heartbeat expiry (ms): live capacity."""
         return f"{self.prefix}:workers"
 
+    @property
+    def worker_info(self) -> str:
+        """Hash: worker slot id -> its advert (pool, cores, memory, GPU) as JSON,
+        written with every heartbeat; entries of slots gone are dropped when
+        the live slots are listed."""
+        return f"{self.prefix}:worker-info"
+
     def job_stream(self, job_id: int) -> str:
         """Stream of loss points (fields: iteration, loss, seconds) for live charts."""
         return f"{self.prefix}:stream:job:{job_id}"
@@ -101,3 +108,13 @@ class RedisKeys:
         """Sorted set, scored by Unix time: JSON samples of slots, queue and decisions per
         scheduling round, trimmed by age and count (:mod:`backend.core.cluster_history`)."""
         return f"{self.prefix}:cluster:history"
+
+    @property
+    def metrics(self) -> str:
+        """Hash: the cluster's Prometheus counters and histograms, added to by the
+        scheduler and every worker process (HINCRBY/HINCRBYFLOAT in one MULTI per
+        chunk or round) and read whole by any API process's /metrics and the
+        workers' endpoints (:mod:`backend.core.metrics_store`). Fields are
+        ``<metric>|<labels as JSON>|<total, sum, count or b:<bucket bound>>``.
+        Wiping it resets the counters, which Prometheus's rate() tolerates."""
+        return f"{self.prefix}:metrics"

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEV_SECRET = "dev-only-secret-change-me"
@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     default_chunk_iterations: int = Field(10, ge=1, description="First chunk of a new job")
     lease_seconds: float = Field(30.0, gt=0, description="A chunk not reported by then is lost")
     heartbeat_seconds: float = Field(2.0, gt=0, description="Worker heartbeat period")
+    worker_pool: str = Field(
+        "cpu", pattern=r"^[a-z0-9][a-z0-9-]{0,39}$",
+        description="The pool a worker joins (`slaq worker --pool`): its slots take only "
+        "chunks placed on that pool")
     scheduler_tick_seconds: float = Field(1.0, gt=0)
     scheduler_lock_seconds: float = Field(
         1.5, gt=0,
@@ -93,6 +97,23 @@ class Settings(BaseSettings):
         "chunk of tenant code does not wait for the interpreter's imports")
     sandbox_max_state_mib: int = Field(
         256, ge=1, description="Largest training state tenant code may return (MiB)")
+    metrics_token: SecretStr = Field(
+        SecretStr(""),
+        description="Bearer token that may read the API's /metrics besides platform admins' "
+        "API tokens (for Prometheus); empty means only platform admins. Never logged")
+    metrics_token_file: Path | None = Field(
+        None, description="A file holding METRICS_TOKEN (its first line), read at every "
+        "scrape so it can be rotated in place; wins over METRICS_TOKEN when set")
+    metrics_host: str = Field(
+        "127.0.0.1", description="Address the scheduler's and workers' own metrics "
+        "endpoints listen on (0.0.0.0 in containers); they carry no tenant figures")
+    scheduler_metrics_port: int = Field(
+        0, ge=0, le=65535,
+        description="Port of the scheduler's own Prometheus endpoint; 0 turns it off")
+    worker_metrics_port: int = Field(
+        0, ge=0, le=65535,
+        description="Port of a Celery worker's own Prometheus endpoint (its host's and "
+        "pool's chunk figures); 0 turns it off")
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Reverse proxies (IPs or networks, comma-separated) whose "
@@ -119,6 +140,14 @@ class Settings(BaseSettings):
         if self.environment == "production" and self.secret_key == DEV_SECRET:
             raise ValueError("SECRET_KEY must be set in production")
         return self
+
+    @property
+    def effective_metrics_token(self) -> str:
+        """METRICS_TOKEN_FILE's first line if set, else METRICS_TOKEN; empty: none."""
+        if self.metrics_token_file is not None:
+            lines = self.metrics_token_file.read_text().splitlines()
+            return lines[0].strip() if lines else ""
+        return self.metrics_token.get_secret_value().strip()
 
     @property
     def effective_database_url(self) -> str:

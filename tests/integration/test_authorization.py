@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from backend.core.db import engine_for, session_scope
-from backend.core.models import ApiToken, Role, Tenant, User
+from backend.core.models import ApiToken, Role, Tenant, User, WorkerPool
 from backend.main import app
 from backend.security import hash_token
 from tests.utils.portal import Portal, make_user_token
@@ -93,6 +93,14 @@ class World:
         with session_scope(engine_for(self.portal.db_url)) as session:
             return int(session.execute(select(col(ApiToken.id)).where(
                 col(ApiToken.token_hash) == hash_token(token))).scalar_one())
+
+    def new_pool(self) -> str:
+        """A worker pool as the scheduler records it once a worker joins."""
+        name = _unique("pool-")
+        with session_scope(engine_for(self.portal.db_url)) as session:
+            session.add(WorkerPool(name=name, cores=2, memory_mb=1024))
+            session.commit()
+        return name
 
     def new_job(self, pause: bool = False) -> int:
         with self.client("member") as c:
@@ -282,6 +290,11 @@ RULES: dict[tuple[str, str], Case] = {
         lambda w: ("GET", f"/api/v1/code/{w.new_code()}", None), tenant_a_job(200)),
     ("DELETE", "/api/v1/code/{code_id}"): (
         lambda w: ("DELETE", f"/api/v1/code/{w.new_code()}", None), tenant_a_job(204)),
+    ("GET", "/api/v1/admin/pools"): (
+        lambda w: ("GET", "/api/v1/admin/pools", None), platform_only(200)),
+    ("PATCH", "/api/v1/admin/pools/{name}"): (
+        lambda w: ("PATCH", f"/api/v1/admin/pools/{w.new_pool()}", {"reserved_for": ["alpha"]}),
+        platform_only(200)),
     ("GET", "/api/v1/health"): (lambda w: ("GET", "/api/v1/health", None), everyone(200)),
 }
 

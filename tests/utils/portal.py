@@ -20,6 +20,7 @@ import redis
 from backend.core.db import engine_for, migrate, session_scope
 from backend.core.leases import Heartbeats
 from backend.core.models import ApiToken, Role
+from backend.core.pools import DEFAULT_POOL, pool_queue
 from backend.core.redis_conn import free_port
 from backend.core.redis_keys import RedisKeys
 from backend.security import hash_token, new_api_token, token_display_prefix
@@ -62,12 +63,19 @@ class Portal:
     def start_scheduler(self, name: str = "scheduler") -> None:
         self._spawn(name, [sys.executable, "-m", "backend.cli", "scheduler"])
 
-    def start_workers(self, concurrency: int, name: str = "workers") -> None:
+    def start_workers(self, concurrency: int, name: str = "workers", pool: str = DEFAULT_POOL,
+                      gpu: str | None = "none", extra_env: dict[str, str] | None = None) -> None:
+        """Worker slots joining ``pool``. ``gpu`` ("<model>:<MiB>") makes them
+        advertise a GPU this machine may lack; "none" hides any; ``None``
+        leaves it to detection. ``extra_env`` is added to this worker's environment."""
+        env = {"WORKER_POOL": pool, **(extra_env or {})}
+        if gpu is not None:
+            env["WORKER_GPU"] = gpu
         self._spawn(name, [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
                            "--concurrency", str(concurrency), "--pool", "prefork", "-Q",
-                           self.keys.chunk_queue, "--loglevel", "INFO", "--without-gossip",
+                           pool_queue(self.keys, pool), "--loglevel", "INFO", "--without-gossip",
                            "--without-mingle", "--without-heartbeat",
-                           "-n", f"{name}-{os.getpid()}@%h"])
+                           "-n", f"{name}-{os.getpid()}@%h"], env)
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
         proc = self.procs.pop(name, None)
@@ -102,7 +110,9 @@ class Portal:
         client = self.redis()
         for key in client.scan_iter(f"{self.prefix}:*"):
             client.delete(key)
-        client.delete(self.keys.chunk_queue)
+        # Every pool's queue: the default pool's and the "<queue>.<pool>" ones.
+        for key in client.scan_iter(f"{self.keys.chunk_queue}*"):
+            client.delete(key)
 
     def log_tail(self, lines: int = 60) -> str:
         out = []
@@ -110,6 +120,12 @@ class Portal:
             text = path.read_text(errors="replace").splitlines()[-lines:]
             out.append(f"--- {name} ---\n" + "\n".join(text))
         return "\n".join(out)
+
+
+def token_client(portal: Portal, token: str) -> httpx.Client:
+    """An API client of ``portal`` that sends ``token``; close it (``with``)."""
+    return httpx.Client(base_url=portal.base_url, timeout=30,
+                        headers={"Authorization": f"Bearer {token}"})
 
 
 def make_user_token(db_url: str, *, tenant: str, email: str, role: Role = Role.member,
