@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import asdict
 from typing import Annotated, Any
 
@@ -20,6 +21,7 @@ from backend.api.deps import CurrentTenant, KeysDep, RedisDep, SessionDep
 from backend.core.cluster_history import KEEP_SECONDS, read_samples
 from backend.core.leases import Heartbeats
 from backend.core.models import Job, JobStatus, Tenant
+from backend.core.pools import DEFAULT_POOL, SlotInfo
 from backend.core.portal_settings import active_policy_name
 from backend.core.settings import get_settings
 from backend.services.job_explanation import explain_job
@@ -51,7 +53,8 @@ def cluster(session: SessionDep, scope: CurrentTenant, client: RedisDep,
     """Slots, running jobs and the head of the queue (other tenants' jobs
     anonymised), counts per status and tenant, the policy, and the mean loss of
     the caller's active jobs relative to their first loss."""
-    workers = Heartbeats(client, keys).alive()
+    adverts = Heartbeats(client, keys).alive_info()
+    workers = list(adverts)
     names = {t: n for t, n in session.execute(select(col(Tenant.id), col(Tenant.name))).all()}
     columns = (col(Job.id), col(Job.name), col(Job.tenant_id), col(Job.status),
                col(Job.last_reason))
@@ -111,6 +114,9 @@ def cluster(session: SessionDep, scope: CurrentTenant, client: RedisDep,
         # worker's, until reclaimed) do not make free slots negative.
         "free_slots": len(workers) - min(counts[JobStatus.running], len(workers)),
         "workers": sorted(workers),
+        "pools": _pools(adverts, session.execute(
+            select(col(Job.pool), func.count()).where(col(Job.status) == JobStatus.running)
+            .group_by(col(Job.pool))).tuples().all()),
         "running": [view(r) for r in running_rows],
         "queued": queued,
         "queued_total": counts[JobStatus.queued],
@@ -119,6 +125,15 @@ def cluster(session: SessionDep, scope: CurrentTenant, client: RedisDep,
         "avg_norm_loss": None if avg_norm is None else float(avg_norm),
         "scheduler": {k: json.loads(v) for k, v in raw.items()},
     }
+
+
+def _pools(adverts: dict[str, SlotInfo], running: Any) -> list[dict[str, Any]]:
+    """Live slots per pool with the GPU they offer, and chunks running there."""
+    busy = {str(pool or DEFAULT_POOL): int(n) for pool, n in running}
+    slots = Counter(info.pool for info in adverts.values())
+    gpus = {info.pool: info.gpu for info in adverts.values() if info.gpu}
+    return [{"name": name, "slots": slots[name], "busy": min(busy.get(name, 0), slots[name]),
+             "gpu": gpus.get(name)} for name in sorted(set(slots) | set(busy))]
 
 
 @router.get("/cluster/history")

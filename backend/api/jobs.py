@@ -141,7 +141,7 @@ def get_decisions(job_id: DbId, session: SessionDep, scope: CurrentTenant,
     ).scalars().all()
     return [DecisionPublic(chunk_seq=d.chunk_seq, iterations=d.iterations, policy=d.policy,
                            reason=d.reason, predicted_gain=d.predicted_gain,
-                           created_at=d.created_at) for d in rows]
+                           created_at=d.created_at, pool=d.pool) for d in rows]
 
 
 def _control(action: str, job_id: int, session: SessionDep, scope: CurrentTenant,

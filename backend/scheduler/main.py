@@ -19,9 +19,11 @@ import redis
 
 from backend.core.db import get_engine
 from backend.core.leases import SchedulerLock
+from backend.core.pools import pool_queue
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.settings import get_settings
 from backend.core.task_names import RUN_CHUNK_TASK
+from backend.scheduler import metrics as scheduler_metrics
 from backend.scheduler.service import Scheduler, wait_for_wake
 
 log = logging.getLogger(__name__)
@@ -32,9 +34,9 @@ def make_scheduler(owner: str = "", may_grant: Callable[[], bool] = lambda: True
 
     settings = get_settings()
 
-    def send(job_id: int, chunk_seq: int, iterations: int) -> None:
+    def send(job_id: int, chunk_seq: int, iterations: int, pool: str) -> None:
         celery_app.send_task(RUN_CHUNK_TASK, args=[job_id, chunk_seq, iterations],
-                             queue=get_keys().chunk_queue)
+                             queue=pool_queue(get_keys(), pool))
 
     return Scheduler(engine=get_engine(), client=get_redis(), keys=get_keys(), send=send,
                      chunk_seconds=settings.chunk_seconds, lease_seconds=settings.lease_seconds,
@@ -109,6 +111,8 @@ def run_forever() -> None:
     keeper = LockKeeper(SchedulerLock(client, keys, me, ttl), renew_s=renew,
                         poll_s=settings.scheduler_standby_poll_seconds, stop=stop)
     scheduler = make_scheduler(owner=me, may_grant=keeper.may_grant)
+    scheduler_metrics.serve(settings.scheduler_metrics_port, settings.metrics_host,
+                            keeper.may_grant)
     log.info("scheduler %s started (default policy %s, lock TTL %.2fs)", me, settings.policy, ttl)
     keeper.start()
     while not stop.is_set():

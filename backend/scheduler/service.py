@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -32,10 +32,13 @@ from backend.core.fits import fit_payload, publish_fits
 from backend.core.leases import Heartbeats, Leases
 from backend.core.models import Decision, Job, JobStatus, Tenant, utcnow
 from backend.core.notify import publish_job_event
+from backend.core.pools import DEFAULT_POOL
 from backend.core.portal_settings import active_policy_name
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.experiment_stopping import ExperimentStopper
 from backend.scheduler.history import HistoryCache
+from backend.scheduler.metrics import observe_reclaimed, observe_round
+from backend.scheduler.pools import PoolRegistry
 from backend.scheduler.state import JobState
 from backend.scheduling.allocation import Rejected, chunk_iterations, split_grants
 from backend.scheduling.explain import (
@@ -44,6 +47,7 @@ from backend.scheduling.explain import (
     explain_waiting,
     wait_estimate,
 )
+from backend.scheduling.placement import place, waiting_for_pools
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import make_policy
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
@@ -66,7 +70,7 @@ CHUNK_TIMES_KEPT = 50
 
 
 class ChunkSender(Protocol):
-    def __call__(self, job_id: int, chunk_seq: int, iterations: int) -> None: ...
+    def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str) -> None: ...
 
 
 @dataclass
@@ -100,6 +104,7 @@ class Scheduler:
         self.leases = Leases(client, keys)
         self.heartbeats = Heartbeats(client, keys)
         self.state = JobState(client, keys)
+        self.pools = PoolRegistry()
         # Fits the chart for policies that keep no predictor of their own.
         self.predictor = LossPredictor()
         self._policy: Policy | None = None
@@ -145,7 +150,8 @@ class Scheduler:
             # claim listed here names a slot the heartbeats below still show
             # unless that slot really went quiet.
             claims = self.leases.claimed_slots()
-            alive = set(self.heartbeats.alive())
+            adverts = self.heartbeats.alive_info()
+            alive = set(adverts)
             reclaimed = self._reclaim_lost(session, live, claims, alive)
             self._note_finished_chunks(live)
             for job_id in reclaimed:
@@ -156,14 +162,18 @@ class Scheduler:
                 self.state.mark_dirty(job_id)
             self.state.sync(session, live)
             tenant_rows = session.execute(select(col(Tenant.id), col(Tenant.max_slots),
-                                                 col(Tenant.share_weight))).all()
-            tenants = {int(t): TenantView(int(t), int(m), float(w)) for t, m, w in tenant_rows}
+                                                 col(Tenant.share_weight),
+                                                 col(Tenant.pool_slots))).all()
+            tenants = {int(t): TenantView(int(t), int(m), float(w), dict(p or {}))
+                       for t, m, w, p in tenant_rows}
             slots = len(alive)
             free = max(slots - len(live), 0)
+            pools = self.pools.views(session, adverts, self._in_flight_by_pool(live))
             views, self._held_back = self._admitted(slots, live, tenants)
             snapshot = Snapshot(now=time.time(), free_slots=free, total_slots=slots,
                                 chunk_seconds=self.chunk_seconds, jobs=views, tenants=tenants,
-                                default_chunk_iterations=self.default_chunk_iterations)
+                                default_chunk_iterations=self.default_chunk_iterations,
+                                pools=pools)
             policy = self.policy(name)
             if (name, tenants, self.state.arrivals) != self._backlog_basis:
                 # Ranked under another policy or other quotas, or before a job
@@ -179,7 +189,11 @@ class Scheduler:
                 if dispatched:
                     snapshot = self._after(snapshot, dispatched)
             if snapshot.free_slots > 0:
-                more, dropped = self._grant(session, snapshot, policy.allocate(snapshot), name)
+                # Ranked beyond the free slots: the top jobs may all need a pool
+                # with no free slot, and the next ones can use the slots there are.
+                asked = snapshot.free_slots + BACKLOG_LENGTH + self._pool_bound(snapshot)
+                ranking = policy.allocate(replace(snapshot, free_slots=asked))
+                more, dropped = self._grant(session, snapshot, ranking, name, asked)
                 dispatched += more
                 rejected += dropped
                 if more:
@@ -199,6 +213,7 @@ class Scheduler:
                     queued=lambda: sum(1 for r in rows.values() if r.status == JobStatus.queued),
                     granted=len(dispatched), rejected=len(rejected), reclaimed=len(reclaimed))
             self._publish_fits(policy, snapshot)
+        observe_round(self.redis, self.keys, began, granted_ms, dispatched, rejected)
         return RoundResult(name, slots, free, len(self.state.rows), dispatched, reclaimed,
                            rejected)
 
@@ -262,21 +277,52 @@ class Scheduler:
         return picked
 
     def _grant(self, session: Session, snapshot: Snapshot, grants: list[Grant],
-               name: str) -> tuple[list[Grant], list[Rejected]]:
-        ok, rejected = split_grants(snapshot, grants)
+               name: str, asked: int | None = None) -> tuple[list[Grant], list[Rejected]]:
+        """Check ranked ``grants`` against the hard limits, place those that pass
+        on pools and dispatch them; a grant no pool can take now keeps waiting.
+
+        ``asked`` is how many grants the policy was asked for: a ranking longer
+        than the free slots, so that jobs no free pool can run do not leave
+        those slots idle. Grants past it break the free-slots limit.
+        """
+        ok, rejected = split_grants(
+            replace(snapshot, free_slots=max(asked or 0, snapshot.free_slots)), grants)
         for grant, reason in rejected:
             # A policy bug must not oversubscribe workers or a tenant's
             # quota; the valid grants still run so the cluster keeps going.
             log.warning("policy %s: dropped grant of %d iterations to job %d: %s",
                         name, grant.iterations, grant.job_id, reason)
-        return [g for g in ok if self._dispatch(session, g, name)], rejected
+        placed = [replace(grant, pool=pool or DEFAULT_POOL)
+                  for grant, pool in place(snapshot, ok)][:snapshot.free_slots]
+        return [g for g in placed if self._dispatch(session, g, name)], rejected
 
     @staticmethod
     def _after(snapshot: Snapshot, grants: list[Grant]) -> Snapshot:
-        granted = {g.job_id for g in grants}
+        granted = {g.job_id: g.pool for g in grants}
+        taken = Counter(g.pool for g in grants)
         return replace(snapshot, free_slots=max(snapshot.free_slots - len(grants), 0),
-                       jobs=[replace(j, running=True) if j.job_id in granted else j
-                             for j in snapshot.jobs])
+                       jobs=[replace(j, running=True, pool=granted[j.job_id])
+                             if j.job_id in granted else j for j in snapshot.jobs],
+                       pools=[replace(p, free=max(p.free - taken[p.name], 0))
+                              for p in snapshot.pools])
+
+    @staticmethod
+    def _pool_bound(snapshot: Snapshot) -> int:
+        """Waiting jobs tied to some pools (a GPU, memory, a named pool): the
+        ranking reaches past them all, so that when their pools are full the
+        other pools' free slots still find jobs."""
+        if len(snapshot.pools) < 2:
+            return 0
+        return sum(1 for job in snapshot.waiting()
+                   if job.requirements.gpu or job.requirements.pool
+                   or job.requirements.min_memory_mb)
+
+    def _in_flight_by_pool(self, live: set[int]) -> Counter[str]:
+        """Chunks in flight per pool: a dispatched chunk holds its pool's slot
+        from the grant on, before any worker of the pool has claimed it."""
+        rows = self.state.rows
+        return Counter((row.pool if row is not None and row.pool else DEFAULT_POOL)
+                       for row in (rows.get(job_id) for job_id in live))
 
     def _reclaim_lost(self, session: Session, live: set[int], claims: dict[int, str],
                       alive: set[str]) -> list[int]:
@@ -319,6 +365,7 @@ class Scheduler:
         session.commit()
         if reclaimed:
             log.warning("returned lost chunks of jobs %s to the queue", reclaimed)
+        observe_reclaimed(self.redis, self.keys, session, reclaimed)
         return reclaimed
 
     def _dispatch(self, session: Session, grant: Grant, policy: str) -> bool:
@@ -337,7 +384,8 @@ class Scheduler:
                    col(Job.status) == JobStatus.queued)
             .values(status=JobStatus.running, chunk_seq=seq,
                     started_at=func.coalesce(col(Job.started_at), now),
-                    last_reason=grant.reason, predicted_gain=grant.predicted_gain)
+                    last_reason=grant.reason, predicted_gain=grant.predicted_gain,
+                    pool=grant.pool)
         )
         if result.rowcount != 1:  # type: ignore[attr-defined]
             session.rollback()
@@ -346,13 +394,13 @@ class Scheduler:
         session.execute(insert(Decision).values(
             job_id=grant.job_id, tenant_id=row.tenant_id, chunk_seq=seq,
             iterations=grant.iterations, policy=policy, reason=grant.reason,
-            predicted_gain=grant.predicted_gain, created_at=now))
+            predicted_gain=grant.predicted_gain, created_at=now, pool=grant.pool))
         session.commit()
-        self.state.dispatched(grant.job_id, seq)
+        self.state.dispatched(grant.job_id, seq, grant.pool)
         self._dispatched_at[grant.job_id] = time.monotonic()
         # Lease before message: a worker only runs a chunk whose lease it sees.
         self.leases.acquire(grant.job_id, seq, self.lease_seconds)
-        self.send(grant.job_id, seq, grant.iterations)
+        self.send(grant.job_id, seq, grant.iterations, grant.pool)
         publish_job_event(self.redis, self.keys, job_id=grant.job_id, tenant_id=row.tenant_id,
                           status=JobStatus.running, reason=grant.reason)
         return True
@@ -383,6 +431,11 @@ class Scheduler:
         self._explained_at = now
         waiting = explain_waiting(policy, snapshot)
         chunk = self.chunk_seconds_recent()
+        held = waiting_for_pools(snapshot, [j for j in snapshot.jobs if j.job_id in waiting])
+        for job_id, reason in held.items():
+            # Behind its pools rather than the ranking: say which pool.
+            if waiting[job_id].kind not in (WaitKind.QUOTA, WaitKind.QUOTA_ZERO):
+                waiting[job_id] = replace(waiting[job_id], kind=WaitKind.POOL, reason=reason)
 
         def estimate(kind: str, position: int, ahead_in_tenant: int, quota: int,
                      ahead: int) -> float | None:

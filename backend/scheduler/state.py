@@ -37,7 +37,8 @@ from sqlmodel import Session, col
 from backend.core.models import Job, JobStatus, as_utc
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.history import TRAINING_LOSS, HistoryCache
-from backend.scheduling.types import JobView
+from backend.scheduling.placement import requirements_from
+from backend.scheduling.types import JobView, Requirements
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ _COLUMNS = (col(Job.id), col(Job.tenant_id), col(Job.status), col(Job.created_at
             col(Job.waiting_since), col(Job.checkpoint_iteration), col(Job.max_iterations),
             col(Job.attained_seconds), col(Job.chunks_run), col(Job.initial_loss),
             col(Job.chunk_seq), col(Job.algorithm), col(Job.dataset), col(Job.quality_metric),
-            col(Job.eval_every))
+            col(Job.eval_every), col(Job.requirements), col(Job.pool))
 
 # A seconds-per-iteration estimate moves this far towards each new measurement.
 _ESTIMATE_WEIGHT = 0.3
@@ -76,13 +77,16 @@ class JobRow:
     dataset: str
     quality_metric: str = TRAINING_LOSS
     eval_every: int = 0
+    requirements: Requirements = Requirements()
+    pool: str | None = None
 
     @classmethod
     def of(cls, row: Any) -> JobRow:
         return cls(int(row[0]), int(row[1]), str(row[2]), _epoch(row[3]), _epoch(row[4]),
                    int(row[5]), int(row[6]), float(row[7]), int(row[8]),
                    None if row[9] is None else float(row[9]), int(row[10]), str(row[11]),
-                   str(row[12]), str(row[13] or TRAINING_LOSS), int(row[14] or 0))
+                   str(row[12]), str(row[13] or TRAINING_LOSS), int(row[14] or 0),
+                   requirements_from(row[15] or {}), row[16])
 
     @property
     def kind(self) -> tuple[str, str]:
@@ -321,11 +325,11 @@ class JobState:
     def mark_dirty(self, job_id: int) -> None:
         self._dirty.add(job_id)
 
-    def dispatched(self, job_id: int, chunk_seq: int) -> None:
+    def dispatched(self, job_id: int, chunk_seq: int, pool: str | None = None) -> None:
         row = self.rows.get(job_id)
         if row is not None:
             self._put(JobRow(**{**row.__dict__, "status": JobStatus.running,
-                                "chunk_seq": chunk_seq}))
+                                "chunk_seq": chunk_seq, "pool": pool}))
 
     def metric(self, job_id: int) -> str:
         """The metric ``job_id`` is scheduled on (``loss`` for jobs not known)."""
@@ -368,6 +372,8 @@ class JobState:
             # evaluation, not from its first training loss (other units).
             initial_loss=row.initial_loss if row.quality_metric == TRAINING_LOSS else None,
             estimated_seconds_per_iteration=self.estimates.get(row.kind),
+            requirements=row.requirements,
+            pool=row.pool,
         )
         self._views[job_id] = (key, view)
         return view

@@ -79,6 +79,8 @@ class WaitKind:
     """A new job not yet admitted to warm up (see the live scheduler)."""
     NO_WORKERS = "no_workers"
     """No worker slot is alive."""
+    POOL = "pool"
+    """Every slot of the pools that can run it is busy (or there is none)."""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,55 @@ class LossPoint:
 
 
 @dataclass(frozen=True)
+class Requirements:
+    """What a job needs of the slot that runs it.
+
+    ``gpu``, ``min_memory_mb`` and ``pool`` are hard: a pool lacking them never
+    runs the job. ``prefer_gpu`` is soft: the job goes to a GPU pool when one
+    has a free slot, and to any other eligible pool otherwise.
+    """
+
+    gpu: bool = False
+    min_memory_mb: int = 0
+    pool: str | None = None
+    prefer_gpu: bool = False
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.gpu or self.prefer_gpu
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One pool as the scheduler sees it this round.
+
+    ``slots`` are the pool's live worker slots and ``free`` those without a
+    chunk. Resources are those of the pool's smallest worker, so a job that
+    fits the pool fits whichever of its workers takes the chunk.
+    ``reserved_for`` names the tenants (by id) that may use it; empty: all.
+    """
+
+    name: str
+    slots: int = 0
+    free: int = 0
+    gpu: str | None = None
+    gpu_memory_mb: int = 0
+    memory_mb: int = 0
+    cores: int = 0
+    reserved_for: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpu)
+
+    def describe(self) -> str:
+        parts = [f"{self.cores} cores" if self.cores else "",
+                 f"{self.memory_mb / 1024:.0f} GiB" if self.memory_mb else "",
+                 f"GPU {self.gpu}" if self.gpu else "no GPU"]
+        return f"{self.name} ({', '.join(p for p in parts if p)})"
+
+
+@dataclass(frozen=True)
 class JobView:
     """What a policy may know about one runnable (queued or running) job.
 
@@ -47,6 +96,9 @@ class JobView:
     # Seconds per iteration of similar jobs (same algorithm and dataset), for
     # sizing a first chunk by time before the job has measured its own speed.
     estimated_seconds_per_iteration: float | None = None
+    requirements: Requirements = field(default_factory=Requirements)
+    # The pool running the job's chunk in flight (``None`` when none is).
+    pool: str | None = None
 
     @property
     def seconds_per_iteration(self) -> float | None:
@@ -70,6 +122,9 @@ class TenantView:
     tenant_id: int
     max_slots: int
     share_weight: float = 1.0
+    # Slots the tenant may hold at once in a named pool (e.g. GPU slots);
+    # pools not named are limited only by ``max_slots``.
+    pool_slots: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,6 +138,8 @@ class Snapshot:
     jobs: Sequence[JobView]
     tenants: Mapping[int, TenantView] = field(default_factory=dict)
     default_chunk_iterations: int = 10
+    # The worker pools and their free slots; empty: one undifferentiated pool.
+    pools: Sequence[PoolView] = ()
 
     def tenant(self, tenant_id: int) -> TenantView:
         """The tenant's limits; an unknown tenant is capped at every slot."""
@@ -115,6 +172,8 @@ class Grant:
     iterations: int
     reason: str
     predicted_gain: float | None = None
+    # The pool placement put it on; policies leave it empty.
+    pool: str = ""
 
 
 class Policy(Protocol):

@@ -49,6 +49,9 @@ def _waiting_summary(entry: dict[str, Any]) -> str:
                 "runs until an admin raises it.")
     elif kind == WaitKind.NO_WORKERS:
         what = "Waiting for a worker: none is running, so no job can start."
+    elif kind == WaitKind.POOL:
+        reason = str(entry.get("reason") or "waiting for a slot of a pool that can run it")
+        what = reason[0].upper() + reason[1:] + "."
     elif kind == WaitKind.QUOTA:
         what = ("Waiting for your team's one slot (its quota): another of your jobs is "
                 "using it" if quota == 1 else

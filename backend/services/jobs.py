@@ -20,8 +20,14 @@ from backend.core.models import (
 from backend.core.settings import get_settings
 from backend.schemas import JobCreate, JobPublic, LossHistory, StoppingRule
 from backend.services.job_explanation import explain_job
+from backend.services.pools import (
+    known_pools,
+    placement_refusal,
+    public_requirements,
+    stored_requirements,
+)
 from backend.services.quotas import QuotaExceeded, check_submission, lock_tenant
-from backend.services.specs import SpecError, SpecErrors, validate_job_spec
+from backend.services.specs import SpecError, SpecErrors, uses_gpu, validate_job_spec
 
 
 class JobStateError(Exception):
@@ -51,8 +57,9 @@ def admit_jobs(*, session: Session, jobs_in: list[JobCreate], user: User, tenant
     or none: the quota check counts them together. With ``experiment``, it is
     inserted too and the jobs belong to it. Errors of the i-th of several specs
     are located under ``configurations.i``."""
-    checked: list[tuple[JobCreate, int, dict[str, Any], dict[str, Any]]] = []
+    checked: list[tuple[JobCreate, int, dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     errors: list[SpecError] = []
+    pools = known_pools(session)
     for index, job_in in enumerate(jobs_in):
         try:
             _check_iteration_limit(job_in=job_in, tenant=tenant)
@@ -62,11 +69,16 @@ def admit_jobs(*, session: Session, jobs_in: list[JobCreate], user: User, tenant
                 dataset_params=job_in.dataset_params, tenant_id=tenant.id or 0,
                 session=session,
             )
+            requirements = stored_requirements(job_in, uses_gpu=uses_gpu(job_in.algorithm))
+            unplaceable = placement_refusal(pools, requirements, tenant)
+            if unplaceable is not None:
+                raise SpecErrors([SpecError(["requirements"],
+                                            f"no worker can ever run this job: {unplaceable}")])
         except SpecErrors as exc:
             where: list[str | int] = ["configurations", index] if len(jobs_in) > 1 else []
             errors.extend(SpecError([*where, *e.loc], e.message) for e in exc.errors)
             continue
-        checked.append((job_in, eval_every, params, dataset_params))
+        checked.append((job_in, eval_every, params, dataset_params, requirements))
     if errors:
         raise SpecErrors(errors)
     lock_tenant(session=session, tenant_id=tenant.id or 0)
@@ -93,9 +105,10 @@ def admit_jobs(*, session: Session, jobs_in: list[JobCreate], user: User, tenant
         convergence_window=job_in.stopping.window,
         eval_every=eval_every,
         quality_metric=job_in.quality_metric,
+        requirements=requirements,
         status=JobStatus.queued,
         experiment_id=experiment.id if experiment is not None else None,
-    ) for job_in, eval_every, params, dataset_params in checked]
+    ) for job_in, eval_every, params, dataset_params, requirements in checked]
     session.add_all(jobs)
     session.commit()
     for job in jobs:
@@ -192,6 +205,8 @@ def to_public(job: Job) -> JobPublic:
         predicted_gain=job.predicted_gain,
         eval_every=job.eval_every,
         quality_metric=job.quality_metric,
+        requirements=public_requirements(job),
+        pool=job.pool,
         last_eval=last_eval_metrics(job),
         last_eval_iteration=last_eval_iteration(job),
         explanation=explain_job(status=job.status, end_reason=job.end_reason, error=job.error,

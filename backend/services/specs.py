@@ -120,6 +120,12 @@ def _find_code(algorithm: str, tenant_id: int, session: Session,
     return _Algorithm(algorithm, ("classification", "regression", "clustering", "text"), check)
 
 
+def uses_gpu(algorithm: str) -> bool:
+    """Whether the trainer gains from a GPU (uploaded code runs sandboxed on CPU)."""
+    found = trainers().get(algorithm)
+    return found is not None and found.uses_gpu
+
+
 def validate_job_spec(
     *, algorithm: str, dataset: str, params: Mapping[str, Any],
     dataset_params: Mapping[str, Any], tenant_id: int, session: Session,

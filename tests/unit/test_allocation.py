@@ -95,7 +95,7 @@ class OverGrant:
 
 
 class Sent(list[tuple[int, int, int]]):
-    def __call__(self, job_id: int, chunk_seq: int, iterations: int) -> None:
+    def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str = "") -> None:
         self.append((job_id, chunk_seq, iterations))
 
 
@@ -169,9 +169,11 @@ def test_live_round_drops_grants_over_a_tenant_quota(
         assert [d.job_id for d in session.exec(select(Decision)).all()] == [first]
 
 
-def test_live_round_drops_grants_beyond_the_free_slots(live: Live) -> None:
+def test_live_round_dispatches_no_more_than_the_free_slots(live: Live) -> None:
+    # The round asks for a ranking longer than the free slots (placement may
+    # skip jobs no free pool can run), so a third grant is the ranking's tail,
+    # not a broken limit: it waits, and nothing is rejected.
     result = live.sched.run_round()
     assert [sent[0] for sent in live.sent] == live.job_ids[:2]
-    assert [(g.job_id, reason) for g, reason in result.rejected] == [
-        (live.job_ids[2], "grant 3 of 3 exceeds the 2 free slots")]
+    assert result.rejected == []
     assert live.statuses() == ["running", "running", "queued"]

@@ -110,6 +110,8 @@ class Trainer(ABC):
     description: ClassVar[str] = ""
     tasks: ClassVar[tuple[Task, ...]] = ("classification",)
     Params: ClassVar[type[TrainerParams]] = NoParams
+    uses_gpu: ClassVar[bool] = False
+    """Whether a GPU speeds it up: its jobs prefer a GPU pool when one has a free slot."""
 
     def __init__(self, params: TrainerParams, data: TrainingData, seed: int) -> None:
         self.params = params

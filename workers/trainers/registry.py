@@ -102,6 +102,7 @@ def catalog_entry(cls: type[Trainer]) -> dict[str, Any]:
         "tasks": list(cls.tasks),
         "params": params_catalog(cls.Params),
         "source": _SOURCES.get(cls.name, "built-in"),
+        "uses_gpu": cls.uses_gpu,
     }
 
 

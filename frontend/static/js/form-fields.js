@@ -173,6 +173,43 @@ export function algorithmOptions(catalog) {
   ];
 }
 
+/** What the slot running a job must offer (docs/pools.md). */
+export const REQUIREMENT_FIELDS = [
+  {
+    name: "gpu",
+    label: "Hardware",
+    type: "choice",
+    choices: ["any", "gpu", "cpu"],
+    default: "any",
+    help: "any: the trainer decides (PyTorch trainers take a GPU slot when one is free); gpu: run only on a GPU pool; cpu: never prefer one.",
+  },
+  {
+    name: "pool",
+    label: "Worker pool",
+    type: "text",
+    default: "",
+    optional: true,
+    help: "Run only on this worker pool; leave empty for any pool your team may use.",
+  },
+];
+
+const HARDWARE = { any: null, gpu: true, cpu: false };
+
+/** The form's requirement fields as the API's `requirements` object. */
+export function requirementsBody(raw) {
+  const out = {};
+  const gpu = HARDWARE[raw.gpu ?? "any"];
+  if (gpu !== null && gpu !== undefined) out.gpu = gpu;
+  if (raw.pool) out.pool = raw.pool;
+  return out;
+}
+
+/** A job's `requirements` as the form's field values (for a clone). */
+export function requirementsFields(requirements) {
+  const gpu = requirements?.gpu;
+  return { gpu: gpu === true ? "gpu" : gpu === false ? "cpu" : "any", pool: requirements?.pool || "" };
+}
+
 /**
  * A form's fields, keyed like the server's 422 error locations
  * ("params.l2", "stopping.max_iterations"): each a labelled input from a

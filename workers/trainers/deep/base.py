@@ -21,7 +21,9 @@ with ``weights_only=True``, so a blob can never run code when loaded.
 
 from __future__ import annotations
 
+import functools
 import io
+import logging
 import os
 from abc import abstractmethod
 from typing import Any, ClassVar
@@ -30,6 +32,8 @@ import torch
 from torch import nn
 
 from workers.trainers.contract import Metrics, Trainer, TrainerParams, TrainingData
+
+log = logging.getLogger(__name__)
 
 # cuBLAS is only deterministic with a fixed workspace; it reads this when it
 # first initialises, so it must be set before any CUDA matmul runs.
@@ -47,9 +51,14 @@ def torch_threads() -> int:
         return 1
 
 
+@functools.cache
 def pick_device() -> torch.device:
-    """The first GPU when the worker has one, else the CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The first GPU when the worker has one, else the CPU; said once per process,
+    so an operator (and the GPU pool's test) can see where training runs."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    log.info("PyTorch trainers train on %s (%s)", device, name)
+    return device
 
 
 def _configure_process() -> None:
@@ -65,6 +74,7 @@ class TorchTrainer(Trainer):
     """Base of the PyTorch trainers: subclasses build ``self.model`` in
     ``build_model`` and run one optimisation step in ``train_step``."""
 
+    uses_gpu: ClassVar[bool] = True
     learning_rate_field: ClassVar[str] = "learning_rate"
 
     def __init__(self, params: TrainerParams, data: TrainingData, seed: int) -> None:

@@ -269,6 +269,11 @@ function renderNow(c) {
     stat("Free slots", String(c.free_slots ?? Math.max(c.total_slots - c.busy_slots, 0)), "free-slots"),
     stat("Waiting jobs", formatNumber(c.queued_total ?? (c.queued || []).length), "queued-count"),
     stat("Mean normalised loss", c.avg_norm_loss === null ? "—" : formatLoss(c.avg_norm_loss), "avg-loss"),
+    // One pool is the plain case: its slots are the figures above.
+    ...((c.pools || []).length > 1
+      ? [stat("Worker pools", (c.pools || []).map((p) =>
+        `${p.name}${p.gpu ? ` (${p.gpu})` : ""}: ${p.busy} of ${p.slots} busy`).join("; "), "pools")]
+      : []),
   );
   clear(
     $("#running-list"),

@@ -251,6 +251,7 @@ function renderJob() {
     stat("First loss", formatLoss(job.initial_loss)),
     stat("Training time", formatDuration(job.elapsed_seconds)),
     stat("Chunks run", formatNumber(job.chunks_run)),
+    stat("Worker pool", job.pool || "—", "pool"),
     // A finished job's last grant predicted a gain it no longer has ahead of it.
     stat("Predicted gain", job.predicted_gain === null || TERMINAL.has(job.status) ? "—" : formatLoss(job.predicted_gain)),
     stat("Scheduled on", job.quality_metric, "quality-metric"),

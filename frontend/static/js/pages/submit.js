@@ -14,6 +14,9 @@ import {
   compatibleDatasets as sharedCompatibleDatasets,
   datasetOptions,
   EVALUATION_FIELDS,
+  REQUIREMENT_FIELDS,
+  requirementsBody,
+  requirementsFields,
   FieldSet,
   parseValue,
   showRefusal,
@@ -187,6 +190,12 @@ function buildForm(root) {
     h("legend", {}, "Evaluation"),
     h("div", { class: "fields" }, EVALUATION_FIELDS.map((s) => fieldFor(s.name, s))),
   );
+  const hardware = h(
+    "fieldset",
+    {},
+    h("legend", {}, "Where it runs"),
+    h("div", { class: "fields" }, REQUIREMENT_FIELDS.map((s) => fieldFor(`requirements.${s.name}`, s))),
+  );
   const form = h(
     "form",
     { id: "submit-form", novalidate: true, "aria-describedby": "form-message" },
@@ -196,6 +205,7 @@ function buildForm(root) {
     h("fieldset", { id: "dataset-params", dataset: { legend: "Dataset parameters" } }),
     evaluation,
     stopping,
+    hardware,
     h(
       "div",
       { class: "btn-row" },
@@ -233,6 +243,9 @@ function fill(job) {
     set(`stopping.${s.name}`, s.offWord && value === null ? s.offWord : value);
   }
   for (const s of EVALUATION_FIELDS) if (job[s.name] !== undefined) set(s.name, job[s.name]);
+  for (const [name, value] of Object.entries(requirementsFields(job.requirements))) {
+    set(`requirements.${name}`, value);
+  }
 }
 
 /** Preselect a dataset (?dataset=...), with the first algorithm that can train it. */
@@ -252,7 +265,7 @@ function pickDataset(name) {
 
 function collect() {
   const errors = {};
-  const body = { params: {}, dataset_params: {}, stopping: {} };
+  const body = { params: {}, dataset_params: {}, stopping: {}, requirements: {} };
   for (const [key, f] of fields) {
     const parsed = parseValue(f.spec, f.input.value);
     if (parsed.error) {
@@ -266,6 +279,7 @@ function collect() {
     else if (group) body[group][name] = parsed.value;
     else body[name] = parsed.value;
   }
+  body.requirements = requirementsBody(body.requirements);
   if (!body.algorithm) errors.algorithm = "Choose an algorithm.";
   if (!body.dataset) errors.dataset = "Choose a dataset.";
   return { body, errors };
