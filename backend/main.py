@@ -25,9 +25,12 @@ from backend.api import (
     jobs,
     jobs_bulk,
     live,
+    metrics,
     pages,
+    pools,
 )
 from backend.api.body_guard import JsonBodyGuard, json_safe
+from backend.api.metrics import RequestMetrics
 from backend.api.request_limit import ConcurrencyLimit
 from backend.core.settings import get_settings
 from backend.services.quotas import QuotaExceeded
@@ -55,6 +58,8 @@ def create_app() -> FastAPI:
     app.include_router(code.router)
     app.include_router(job_metrics.router)
     app.include_router(experiments.router)
+    app.include_router(pools.router)
+    app.include_router(metrics.router)
 
     @app.exception_handler(SpecErrors)
     async def _spec_errors(_request: Request, exc: SpecErrors) -> JSONResponse:
@@ -84,6 +89,8 @@ def create_app() -> FastAPI:
     app.add_middleware(JsonBodyGuard)
     app.add_middleware(ConcurrencyLimit, limit=get_settings().api_threads,
                        exempt_prefixes=("/static/",), exempt_suffixes=("/stream", "/events"))
+    # Outermost, so a request's latency includes its wait for a place above.
+    app.add_middleware(RequestMetrics, routes=app.router.routes)
     return app
 
 
