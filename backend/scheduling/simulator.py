@@ -14,34 +14,97 @@ when its curve ends (it converged in the recorded run), or earlier when an
 optional ``stopper`` (an experiment's early-stopping rule) stops it: a
 stopped job that is running ends with its chunk in flight, like a live job
 paused mid-chunk.
+
+**Pools** (``SimConfig.pools``, optional): the slots belong to named pools
+(:class:`SimPool`: slots, GPU or not, memory, tenants it is reserved for, and
+a speed-up for jobs that want a GPU), and jobs may carry
+:class:`~backend.scheduling.types.Requirements` (``simulate(...,
+requirements={job_id: ...})``). Each decision then takes the live scheduler's
+path: the policy ranks ``ranking_extra`` jobs beyond the free slots, the
+ranking is checked with ``split_grants`` and matched to pools by
+:func:`~backend.scheduling.placement.place`, and at most the free slots' worth
+of placed grants run, each on its pool. Grants the hard-limit check refuses are
+counted (``SimResult.rejected``) and dropped, as live.
+
+**Decision time** (``SimConfig.charge_decisions``): when set, each decision's
+wall time (``allocate``, and with pools ``split_grants`` and ``place``) is
+added to the simulated clock: its grants start that much later, and slots
+freed or jobs arriving meanwhile wait for the next decision, which starts when
+this one ends. ``decision_seconds`` charges a fixed time instead (for
+deterministic tests). With neither pools nor charging, results are exactly
+those of the plain simulator.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time as wallclock
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from backend.scheduling.allocation import split_grants
+from backend.scheduling.placement import eligible_pools, place, refusal
 from backend.scheduling.policies.oracle import TrueCurve
 from backend.scheduling.registry import SIMULATION_ONLY, make_policy
 from backend.scheduling.trace import Trace, TraceCurve
-from backend.scheduling.types import Grant, JobView, LossPoint, Policy, Snapshot, TenantView
+from backend.scheduling.types import (
+    Grant,
+    JobView,
+    LossPoint,
+    Policy,
+    PoolView,
+    Requirements,
+    Snapshot,
+    TenantView,
+)
 from backend.scheduling.workload import Arrival
+
+RANKING_EXTRA = 32
+"""Grants asked for beyond the free slots when there are pools: the live
+scheduler's ``BACKLOG_LENGTH`` (``backend/scheduler/service.py``)."""
+
+
+@dataclass(frozen=True)
+class SimPool:
+    """A pool of simulated worker slots.
+
+    ``speedup``: how many times faster a job that wants a GPU
+    (``Requirements.wants_gpu``, e.g. a torch job) runs its iterations here
+    than its recorded seconds (the chunk overhead is unchanged); other jobs
+    run at their recorded speed on any pool.
+    """
+
+    name: str
+    slots: int
+    gpu: bool = False
+    speedup: float = 1.0
+    memory_mb: int = 0
+    reserved_for: frozenset[int] = frozenset()
+
+    def view(self, free: int) -> PoolView:
+        return PoolView(name=self.name, slots=self.slots, free=free,
+                        gpu="simulated GPU" if self.gpu else None, memory_mb=self.memory_mb,
+                        reserved_for=self.reserved_for)
 
 
 @dataclass(frozen=True)
 class SimConfig:
-    """The simulated cluster: slots, chunk length, tenant quotas."""
+    """The simulated cluster: slots, chunk length, tenant quotas; optionally
+    pools (their slots must add up to ``slots``) and decision time charged to
+    the clock (see the module docstring)."""
 
     slots: int
     chunk_seconds: float = 1.0
     default_chunk_iterations: int = 10
     tenants: Mapping[int, TenantView] = field(default_factory=dict)
+    pools: Sequence[SimPool] = ()
+    charge_decisions: bool = False
+    decision_seconds: float | None = None
+    ranking_extra: int = RANKING_EXTRA
 
 
 @dataclass
@@ -62,26 +125,76 @@ class SimJob:
     pending: int = 0
     finish: float | None = None
     stopped: bool = False
+    requirements: Requirements = field(default_factory=Requirements)
+    # The pool of the chunk in flight (None when none is, or without pools),
+    # and the pool of every chunk run so far ("" without pools).
+    pool: str | None = None
+    chunk_pools: list[str] = field(default_factory=list)
+    # Recorded seconds are divided by this for the chunk in flight (its pool's speed-up).
+    speed: float = 1.0
+    _view: JobView | None = field(default=None, repr=False, compare=False)
 
     def view(self) -> JobView:
         # The growing points list is passed, not copied: policies treat it as
         # read-only, and copying every history every round would dominate.
-        return JobView(
-            job_id=self.job_id, tenant_id=self.tenant_id, submitted_at=self.arrival,
-            iterations_done=self.done, max_iterations=max(self.curve.max_iterations,
-                                                           self.curve.iterations),
-            losses=self.points, running=self.running, attained_seconds=self.attained,
-            waiting_since=self.waiting_since, chunks_run=self.chunks,
-        )
+        # Memoised until the job's state changes (_start, _complete).
+        if self._view is None:
+            self._view = JobView(
+                job_id=self.job_id, tenant_id=self.tenant_id, submitted_at=self.arrival,
+                iterations_done=self.done, max_iterations=max(self.curve.max_iterations,
+                                                               self.curve.iterations),
+                losses=self.points, running=self.running, attained_seconds=self.attained,
+                waiting_since=self.waiting_since, chunks_run=self.chunks,
+                requirements=self.requirements, pool=self.pool,
+            )
+        return self._view
 
 
 @dataclass
 class SimResult:
+    """``decision_seconds`` is the summed wall time of the decisions
+    (``allocate``; with pools also ``split_grants`` and ``place``), and
+    ``decision_times`` each one's; ``charged_seconds`` what was added to the
+    simulated clock. With pools: ``rejected`` = grants the hard-limit check
+    refused, ``unplaced`` = grants within the free slots' worth of a ranking
+    that no pool could take that round (their jobs kept waiting),
+    ``left_free`` = per pool, free slots a decision left free although a
+    waiting job could run there (summed over decisions: its tenant at a
+    quota, a GPU slot kept for a GPU job, or a ranking too short to reach
+    it), and
+    ``pool_busy`` = slot-seconds of chunks run per pool (``pool_slots`` its
+    size) and ``chunk_log`` every chunk as (start, end, pool)."""
+
     policy: str
     jobs: list[SimJob]
     decisions: int
     decision_seconds: float
     grants: int
+    decision_times: list[float] = field(default_factory=list)
+    charged_seconds: float = 0.0
+    rejected: int = 0
+    unplaced: int = 0
+    left_free: dict[str, int] = field(default_factory=dict)
+    pool_busy: dict[str, float] = field(default_factory=dict)
+    pool_slots: dict[str, int] = field(default_factory=dict)
+    chunk_log: list[tuple[float, float, str]] = field(default_factory=list)
+
+    def utilisation(self, start: float | None = None, end: float | None = None
+                    ) -> dict[str, float]:
+        """Busy fraction of each pool's slots from ``start`` (default: the first
+        arrival) to ``end`` (default: the last finish)."""
+        if not self.jobs:
+            return {}
+        if start is None:
+            start = min(j.arrival for j in self.jobs)
+        if end is None:
+            end = max(j.finish or 0.0 for j in self.jobs)
+        busy = dict.fromkeys(self.pool_slots, 0.0)
+        for begin, finish, pool in self.chunk_log:
+            busy[pool] += max(0.0, min(finish, end) - max(begin, start))
+        span = end - start
+        return {name: busy[name] / (slots * span) if slots and span > 0 else 0.0
+                for name, slots in self.pool_slots.items()}
 
 
 def true_curves(trace: Trace, arrivals: Sequence[Arrival]) -> dict[int, TrueCurve]:
@@ -109,36 +222,81 @@ Stopper = Callable[[float, Mapping[int, SimJob], Sequence[SimJob]], Iterable[int
 
 def simulate(
     policy: Policy, trace: Trace, arrivals: Sequence[Arrival], config: SimConfig,
-    stopper: Stopper | None = None,
+    stopper: Stopper | None = None, *, requirements: Mapping[int, Requirements] | None = None,
 ) -> SimResult:
-    """Run ``arrivals`` to completion under ``policy``; deterministic for given inputs."""
-    jobs = [SimJob(a.index, trace.curve(a.curve_id), a.tenant_id, a.time, waiting_since=a.time)
+    """Run ``arrivals`` to completion under ``policy``; deterministic for given
+    inputs unless decision time is charged by the wall clock.
+
+    ``requirements``: per job id (arrival index), what the job needs of a
+    pool; only meaningful with ``config.pools``.
+    """
+    needs = requirements or {}
+    jobs = [SimJob(a.index, trace.curve(a.curve_id), a.tenant_id, a.time, waiting_since=a.time,
+                   requirements=needs.get(a.index, Requirements()))
             for a in arrivals]
     if [j.job_id for j in jobs] != list(range(len(jobs))):
         raise ValueError("arrival indices must be 0..n-1 in order")
+    pools = {p.name: p for p in config.pools}
+    # Per job, the pools it may ever run on; per pool, how many of them wait.
+    eligible: dict[int, list[str]] = {}
+    if pools:
+        if sum(p.slots for p in config.pools) != config.slots or len(pools) != len(config.pools):
+            raise ValueError("pools must have distinct names and add up to config.slots")
+        pool_views = [p.view(p.slots) for p in config.pools]
+        for job in jobs:
+            why = refusal(pool_views, job.requirements, job.tenant_id)
+            if why is not None:
+                raise ValueError(f"job {job.job_id} can never run: {why}")
+            eligible[job.job_id] = [p.name for p in eligible_pools(
+                pool_views, job.requirements, job.tenant_id)]
+    waiting_for = dict.fromkeys(pools, 0)
     events: list[tuple[float, int, int, int]] = []
     for job in jobs:
         heapq.heappush(events, (job.arrival, _ARRIVE, job.job_id, job.job_id))
     active: dict[int, SimJob] = {}
+    # The active jobs' views, in the same order, updated as they change: a
+    # decision's snapshot is a copy of this, not a pass over every job.
+    views: dict[int, JobView] = {}
+    # Loss points are immutable: one list per curve (and speed), shared by
+    # every job that replays it, instead of millions of equal objects.
+    point_lists: dict[tuple[int, float], list[LossPoint]] = {}
     free = config.slots
-    decisions, grants_total, spent = 0, 0, 0.0
+    pool_free = {p.name: p.slots for p in config.pools}
+    result = SimResult(policy.name, jobs, 0, 0.0, 0,
+                       pool_busy={p.name: 0.0 for p in config.pools},
+                       pool_slots={p.name: p.slots for p in config.pools})
+    charge = config.charge_decisions or config.decision_seconds is not None
+    waiting = 0  # active jobs without a chunk in flight
+    ready_at = -math.inf  # the end of the last decision: the next cannot start before
     seq = len(jobs)
     while events:
-        now = events[0][0]
+        now = max(events[0][0], ready_at)
         ended: list[SimJob] = []
-        while events and events[0][0] == now:
-            _, kind, _, job_id = heapq.heappop(events)
+        while events and events[0][0] <= now:
+            at, kind, _, job_id = heapq.heappop(events)
             job = jobs[job_id]
             if kind == _ARRIVE:
                 active[job_id] = job
+                views[job_id] = job.view()
+                waiting += 1
+                for name in eligible.get(job_id, ()):
+                    waiting_for[name] += 1
             else:
                 free += 1
-                _complete(job, now)
+                if job.pool is not None:
+                    pool_free[job.pool] += 1
+                _complete(job, at, _points(point_lists, job.curve, job.speed))
                 ended.append(job)
                 if job.finish is None and job.stopped:
-                    job.finish = now
+                    job.finish = at
                 if job.finish is not None:
                     del active[job_id]
+                    del views[job_id]
+                else:
+                    views[job_id] = job.view()
+                    waiting += 1
+                    for name in eligible.get(job_id, ()):
+                        waiting_for[name] += 1
         if stopper is not None and ended:
             for job_id in list(stopper(now, active, ended)):
                 job = active[job_id]
@@ -146,60 +304,130 @@ def simulate(
                 if not job.running:
                     job.finish = now
                     del active[job_id]
-        if free <= 0 or not any(not j.running for j in active.values()):
+                    del views[job_id]
+                    waiting -= 1
+                    for name in eligible.get(job_id, ()):
+                        waiting_for[name] -= 1
+        if free <= 0 or waiting <= 0:
             continue
         snapshot = Snapshot(
             now=now, free_slots=free, total_slots=config.slots,
-            chunk_seconds=config.chunk_seconds, jobs=[j.view() for j in active.values()],
+            chunk_seconds=config.chunk_seconds, jobs=list(views.values()),
             tenants=config.tenants, default_chunk_iterations=config.default_chunk_iterations,
+            pools=[pools[name].view(count) for name, count in pool_free.items()],
         )
         started = wallclock.perf_counter()
-        grants = policy.allocate(snapshot)
-        spent += wallclock.perf_counter() - started
-        decisions += 1
-        accepted, rejected = split_grants(snapshot, grants)
-        if rejected:
-            # Live, such grants are dropped with a warning; a simulation that
-            # quietly did the same would report figures for a different policy.
-            raise AssertionError(f"{policy.name} broke the hard limits: "
-                                 + "; ".join(reason for _, reason in rejected))
-        for grant in accepted:
+        if pools:
+            placed = _decide_pooled(policy, snapshot, config.ranking_extra, result)
+        else:
+            grants = policy.allocate(snapshot)
+        took = wallclock.perf_counter() - started
+        if not pools:
+            accepted, rejected = split_grants(snapshot, grants)
+            if rejected:
+                # Live, such grants are dropped with a warning; a simulation that
+                # quietly did the same would report figures for a different policy.
+                raise AssertionError(f"{policy.name} broke the hard limits: "
+                                     + "; ".join(reason for _, reason in rejected))
+            placed = [(grant, None) for grant in accepted]
+        result.decision_seconds += took
+        result.decision_times.append(took)
+        result.decisions += 1
+        begin = now
+        if charge:
+            cost = took if config.decision_seconds is None else config.decision_seconds
+            result.charged_seconds += cost
+            begin = ready_at = now + cost
+        for grant, pool_name in placed:
             job = active[grant.job_id]
-            end = _start(job, grant, now)
+            speed = 1.0
+            if pool_name is not None:
+                pool = pools[pool_name]
+                pool_free[pool_name] -= 1
+                if job.requirements.wants_gpu:
+                    speed = pool.speedup
+            end = _start(job, grant, begin, pool_name, speed)
+            views[job.job_id] = job.view()
+            if pool_name is not None:
+                result.pool_busy[pool_name] += end - begin
+                result.chunk_log.append((begin, end, pool_name))
             free -= 1
-            grants_total += 1
+            waiting -= 1
+            for name in eligible.get(job.job_id, ()):
+                waiting_for[name] -= 1
+            result.grants += 1
             seq += 1
             heapq.heappush(events, (end, _COMPLETE, seq, job.job_id))
+        for name, count in pool_free.items():
+            if count > 0 and waiting_for[name] > 0:
+                result.left_free[name] = result.left_free.get(name, 0) + count
         if not events and active:
             raise RuntimeError(f"{policy.name}: jobs wait but nothing runs at t={now:.1f}")
-    return SimResult(policy.name, jobs, decisions, spent, grants_total)
+    return result
 
 
-def _start(job: SimJob, grant: Grant, now: float) -> float:
-    """Begin a chunk; returns its end time. Iteration times are known up front."""
+def _decide_pooled(policy: Policy, snapshot: Snapshot, extra: int,
+                   result: SimResult) -> list[tuple[Grant, str | None]]:
+    """The live scheduler's grant path: rank beyond the free slots, check the
+    ranking against the hard limits, place it on pools, keep the free slots' worth."""
+    asked = snapshot.free_slots + extra
+    ranking = policy.allocate(replace(snapshot, free_slots=asked))
+    accepted, rejected = split_grants(replace(snapshot, free_slots=asked), ranking)
+    result.rejected += len(rejected)
+    placed = place(snapshot, accepted)[: snapshot.free_slots]
+    ran = {grant.job_id for grant, _ in placed}
+    result.unplaced += sum(1 for g in accepted[: snapshot.free_slots] if g.job_id not in ran)
+    return [(grant, pool) for grant, pool in placed]
+
+
+def _start(job: SimJob, grant: Grant, now: float, pool: str | None = None,
+           speed: float = 1.0) -> float:
+    """Begin a chunk on ``pool`` (``None``: no pools); returns its end time.
+    Iteration times are known up front; ``speed`` divides the recorded seconds."""
     curve = job.curve
     count = min(grant.iterations, curve.iterations - job.done)
     secs = np.asarray(curve.seconds[job.done: job.done + count])
+    if speed != 1.0:
+        secs = secs / speed
     overhead = curve.chunk_overhead_seconds
     first = now + overhead / 2
     job.iteration_times.extend((first + np.cumsum(secs)).tolist())
     job.running = True
     job.pending = count
+    job.pool = pool
+    job.speed = speed
+    job.chunk_pools.append(pool or "")
+    job._view = None
     duration = overhead + float(secs.sum())
     job.attained += duration
     return now + duration
 
 
-def _complete(job: SimJob, now: float) -> None:
-    """A chunk ended: its loss points become visible; the job may be finished."""
+def _points(cache: dict[tuple[int, float], list[LossPoint]], curve: TraceCurve,
+            speed: float) -> list[LossPoint]:
+    """The curve's loss points as a job reports them running ``speed`` times
+    faster than recorded (the seconds it took on its pool, as live)."""
+    key = (id(curve), speed)
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = [LossPoint(i + 1, loss, seconds if speed == 1.0 else seconds / speed)
+                              for i, (loss, seconds) in enumerate(zip(curve.losses,
+                                                                      curve.seconds,
+                                                                      strict=True))]
+    return found
+
+
+def _complete(job: SimJob, now: float, points: Sequence[LossPoint]) -> None:
+    """A chunk ended: its loss points (``points``: the curve's, at the chunk's
+    speed) become visible; the job may be finished."""
     count = job.pending
-    curve = job.curve
-    for i in range(job.done, job.done + count):
-        job.points.append(LossPoint(i + 1, curve.losses[i], curve.seconds[i]))
+    job.points.extend(points[job.done: job.done + count])
     job.done += count
     job.running = False
+    job.pool = None
+    job._view = None
     job.chunks += 1
     job.waiting_since = now
-    if job.done >= curve.iterations:
+    if job.done >= job.curve.iterations:
         job.finish = now
 

@@ -6,8 +6,9 @@ statement (10,000 HTTP submissions would measure the API, not the scheduler).
 Prints, per queue size: the scheduler's round time (median / p95, from the
 rounds it publishes in Redis) and time to its grants, the fraction of time
 the slots hold a chunk, loss points stored per second, and the latency of
-the jobs list, one job, its losses and the cluster view. Figures only, no
-timed assertions.
+the jobs list, one job, its losses and the cluster view, and how long the
+jobs page takes in chromium until its list shows. Chunks last the live
+default (1 s; BENCH_CHUNK_SECONDS). Figures only, no timed assertions.
 
     REDIS_URL=redis://127.0.0.1:6379/3 .venv/bin/python -m tests.bench.live_scale [sizes...]
 """
@@ -30,6 +31,7 @@ from sqlmodel import col
 from backend.core.db import engine_for, session_scope
 from backend.core.leases import Leases
 from backend.core.models import Job, JobStatus, LossRecord, utcnow
+from tests.browser.helpers import CHROMIUM, CHROMIUM_ARGS
 from tests.utils.portal import Portal, make_user_token, start_portal
 
 SPEC: dict[str, Any] = {"algorithm": "logistic_regression", "dataset": "iris", "seed": 0,
@@ -37,6 +39,7 @@ SPEC: dict[str, Any] = {"algorithm": "logistic_regression", "dataset": "iris", "
 BIG_QUOTAS: dict[str, Any] = {"max_queued_jobs": 100_000, "max_active_jobs": 100_000,
                               "max_slots": 8}
 HTTP_JOBS = 10
+BENCH_EMAIL = "b@bench.test"
 
 
 def insert_copies(db_url: str, template_id: int, count: int) -> list[int]:
@@ -85,12 +88,42 @@ def _loss_rows(db_url: str) -> int:
         return int(session.execute(select(func.count()).select_from(LossRecord)).scalar_one())
 
 
+def jobs_page_ms(portal: Portal, repeat: int = 5) -> list[float] | None:
+    """Milliseconds from opening /jobs (signed in) until its list shows rows, in
+    Debian's chromium; ``None`` where chromium or playwright is missing."""
+    if not Path(CHROMIUM).exists():
+        return None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    times = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(base_url=portal.base_url)
+        page.goto("/login")
+        page.get_by_label("Email").fill(BENCH_EMAIL)
+        page.get_by_label("Password").fill("pw-" + BENCH_EMAIL)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url("**/jobs")
+        for _ in range(repeat):
+            began = time.perf_counter()
+            page.goto("/jobs")
+            page.locator("#jobs-table tbody tr").first.wait_for()
+            times.append((time.perf_counter() - began) * 1000)
+        browser.close()
+    return times
+
+
 def measure(size: int, root: Path, redis_url: str, window: float) -> dict[str, Any]:
     data = root / f"n{size}"
+    # The live default chunk length (the tests' portals use shorter chunks).
     portal: Portal = start_portal(data_dir=data, db_url=f"sqlite:///{data / 'slaq.db'}",
-                                  redis_url=redis_url, workers=2, policy="slaq")
+                                  redis_url=redis_url, workers=2, policy="slaq",
+                                  extra_env={"CHUNK_SECONDS": os.environ.get(
+                                      "BENCH_CHUNK_SECONDS", "1.0")})
     try:
-        token = make_user_token(portal.db_url, tenant="bench", email="b@bench.test",
+        token = make_user_token(portal.db_url, tenant="bench", email=BENCH_EMAIL,
                                 **BIG_QUOTAS)
         with httpx.Client(base_url=portal.base_url, timeout=60,
                           headers={"Authorization": f"Bearer {token}"}) as api:
@@ -113,6 +146,7 @@ def measure(size: int, root: Path, redis_url: str, window: float) -> dict[str, A
             lat = {name: _latency(api, path) for name, path in (
                 ("jobs list", "/api/v1/jobs?limit=50"), ("one job", f"/api/v1/jobs/{job}"),
                 ("losses", f"/api/v1/jobs/{job}/losses"), ("cluster", "/api/v1/cluster"))}
+            page_ms = jobs_page_ms(portal)
         return {
             "size": size, "rounds": len(rounds),
             "round_median_ms": statistics.median(r[0] for r in rounds) if rounds else None,
@@ -120,6 +154,7 @@ def measure(size: int, root: Path, redis_url: str, window: float) -> dict[str, A
             "grant_median_ms": statistics.median(r[1] for r in rounds if r[2]) if any(
                 r[2] for r in rounds) else None,
             "busy": sum(busy) / len(busy), "points_per_s": points, "latency": lat,
+            "jobs_page_ms": page_ms,
         }
     finally:
         portal.close()
@@ -140,6 +175,11 @@ def main(argv: list[str]) -> None:
                   f"grants after {grant if grant is None else round(grant, 1)} ms  "
                   f"slots busy {r['busy']:.0%}  loss points {r['points_per_s']:.0f}/s\n"
                   f"        {lat}", flush=True)
+            page = r["jobs_page_ms"]
+            print("        jobs page until the list shows: " + (
+                "not measured (no chromium/playwright)" if page is None else
+                f"median {statistics.median(page):.0f} ms, max {max(page):.0f} ms "
+                f"over {len(page)} loads"), flush=True)
 
 
 if __name__ == "__main__":
