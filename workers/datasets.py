@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from sklearn import datasets as skd
 
 from workers.algorithms.params import ParamSpec, ParamValue, fill_params, seed_spec
 
@@ -127,9 +126,18 @@ class DatasetInfo:
         }
 
 
-def _builtin(fn: Callable[..., Any]) -> Loader:
+def _sklearn() -> Any:
+    """sklearn.datasets, imported on first load: the API lists this catalogue
+    but never loads data, and importing sklearn (with scipy) costs it seconds
+    of start-up."""
+    from sklearn import datasets
+
+    return datasets
+
+
+def _builtin(loader: str) -> Loader:
     def load(_params: Mapping[str, ParamValue]) -> tuple[np.ndarray, np.ndarray]:
-        X, y = fn(return_X_y=True)
+        X, y = getattr(_sklearn(), loader)(return_X_y=True)
         return np.asarray(X), np.asarray(y)
 
     return load
@@ -153,7 +161,7 @@ def _synthetic_classification(p: Mapping[str, ParamValue]) -> tuple[np.ndarray, 
         raise ValueError(f"n_classes={n_classes} needs n_features >= {needed}")
     n_informative = min(n_features, max(needed, n_features // 2))
     n_redundant = min(2, n_features - n_informative)
-    X, y = skd.make_classification(
+    X, y = _sklearn().make_classification(
         n_samples=int(p["n_samples"]),
         n_features=n_features,
         n_informative=n_informative,
@@ -168,7 +176,7 @@ def _synthetic_classification(p: Mapping[str, ParamValue]) -> tuple[np.ndarray, 
 def _synthetic_regression(p: Mapping[str, ParamValue]) -> tuple[np.ndarray, np.ndarray]:
     _check_size(p)
     n_features = int(p["n_features"])
-    X, y = skd.make_regression(
+    X, y = _sklearn().make_regression(
         n_samples=int(p["n_samples"]),
         n_features=n_features,
         n_informative=min(n_features, 10),
@@ -180,7 +188,7 @@ def _synthetic_regression(p: Mapping[str, ParamValue]) -> tuple[np.ndarray, np.n
 
 def _blobs(p: Mapping[str, ParamValue]) -> tuple[np.ndarray, np.ndarray]:
     _check_size(p)
-    X, y = skd.make_blobs(
+    X, y = _sklearn().make_blobs(
         n_samples=int(p["n_samples"]),
         n_features=int(p["n_features"]),
         centers=int(p["centers"]),
@@ -217,7 +225,7 @@ DATASETS: dict[str, DatasetInfo] = {
             "classification",
             _LABELLED,
             (),
-            _builtin(skd.load_digits),
+            _builtin("load_digits"),
         ),
         DatasetInfo(
             "breast_cancer",
@@ -226,7 +234,7 @@ DATASETS: dict[str, DatasetInfo] = {
             "classification",
             _LABELLED,
             (),
-            _builtin(skd.load_breast_cancer),
+            _builtin("load_breast_cancer"),
         ),
         DatasetInfo(
             "wine",
@@ -235,7 +243,7 @@ DATASETS: dict[str, DatasetInfo] = {
             "classification",
             _LABELLED,
             (),
-            _builtin(skd.load_wine),
+            _builtin("load_wine"),
         ),
         DatasetInfo(
             "iris",
@@ -244,7 +252,7 @@ DATASETS: dict[str, DatasetInfo] = {
             "classification",
             _LABELLED,
             (),
-            _builtin(skd.load_iris),
+            _builtin("load_iris"),
         ),
         DatasetInfo(
             "diabetes",
@@ -253,7 +261,7 @@ DATASETS: dict[str, DatasetInfo] = {
             "regression",
             ("regression", "clustering"),
             (),
-            _builtin(skd.load_diabetes),
+            _builtin("load_diabetes"),
         ),
         DatasetInfo(
             "synthetic_classification",

@@ -33,27 +33,27 @@ def test_cluster_page_draws_history_recorded_before_it_opened(
         recorded = api.get("/api/v1/cluster/history", params={"minutes": 60}).json()["samples"]
         assert any(s["busy"] >= 1 for s in recorded), "the scheduler recorded the busy slot"
 
-    for theme in ("light", "dark"):
-        for viewport in (DESKTOP, PHONE):
-            page = make_page(viewport)
-            page.emulate_media(color_scheme="dark" if theme == "dark" else "light")
-            sign_in(page, user, "/cluster")
-            opened_ms = page.evaluate("() => performance.timeOrigin")
-            page.wait_for_function(f"() => ({POINTS})() > 0")
-            first_ms = page.evaluate(FIRST_X)
-            assert first_ms < opened_ms - 1000, "points older than the page are drawn"
-            # ...and the busy slot of the finished job is among them.
-            busy = page.evaluate("() => document.getElementById('history-chart').data[0].y")
-            assert max(busy) >= 1
-            before = page.evaluate(POINTS)
-            page.wait_for_function(f"() => ({POINTS})() > {before}", timeout=20_000)
-            ticks = page.evaluate(TICKS)
-            assert ticks, "the time axis has labels"
-            for tick in ticks:
-                assert re.fullmatch(r"\d\d:\d\d:\d\d", tick), f"tick {tick!r} is not HH:MM:SS"
-            busy_text = page.get_by_test_id("slots").inner_text()
-            used, total = (int(n) for n in re.findall(r"\d+", busy_text))
-            free = int(page.get_by_test_id("free-slots").inner_text())
-            assert used + free == total == 2, (busy_text, free)
-            expect(page.locator("#history-note")).to_contain_text("Recorded by the scheduler")
-            screenshot(page, "cluster-history", theme)
+    # Both themes, one at each width: test_screenshots covers the other pairs.
+    for theme, viewport in (("light", DESKTOP), ("dark", PHONE)):
+        page = make_page(viewport)
+        page.emulate_media(color_scheme="dark" if theme == "dark" else "light")
+        sign_in(page, user, "/cluster")
+        opened_ms = page.evaluate("() => performance.timeOrigin")
+        page.wait_for_function(f"() => ({POINTS})() > 0")
+        first_ms = page.evaluate(FIRST_X)
+        assert first_ms < opened_ms - 1000, "points older than the page are drawn"
+        # ...and the busy slot of the finished job is among them.
+        busy = page.evaluate("() => document.getElementById('history-chart').data[0].y")
+        assert max(busy) >= 1
+        before = page.evaluate(POINTS)
+        page.wait_for_function(f"() => ({POINTS})() > {before}", timeout=20_000)
+        ticks = page.evaluate(TICKS)
+        assert ticks, "the time axis has labels"
+        for tick in ticks:
+            assert re.fullmatch(r"\d\d:\d\d:\d\d", tick), f"tick {tick!r} is not HH:MM:SS"
+        busy_text = page.get_by_test_id("slots").inner_text()
+        used, total = (int(n) for n in re.findall(r"\d+", busy_text))
+        free = int(page.get_by_test_id("free-slots").inner_text())
+        assert used + free == total == 2, (busy_text, free)
+        expect(page.locator("#history-note")).to_contain_text("Recorded by the scheduler")
+        screenshot(page, "cluster-history", theme)

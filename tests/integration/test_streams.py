@@ -22,7 +22,9 @@ from tests.utils.waiting import wait_until
 
 KEEPALIVE = 2.0
 """The test portal's keep-alive period: small, so a minute shows many."""
-STREAM_SECONDS = float(os.environ.get("SLAQ_STREAM_TEST_SECONDS", "60"))
+# Longer than the stream client's 30 s socket timeout and health-check
+# interval, each of which once cut idle streams.
+STREAM_SECONDS = float(os.environ.get("SLAQ_STREAM_TEST_SECONDS", "36"))
 FINISHED = {"completed", "failed", "cancelled"}
 # A silence of a few keep-alive periods means the stream is stuck.
 READ_TIMEOUT = httpx.Timeout(10.0, read=4 * KEEPALIVE)

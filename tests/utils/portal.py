@@ -9,7 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,9 +88,20 @@ class Portal:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
-    def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.stop(name)
+    def stop_all(self, timeout: float = 20) -> None:
+        """Signal every process at once, then wait: their shutdowns overlap."""
+        procs = [p for p in self.procs.values() if p.poll() is None]
+        self.procs.clear()
+        for proc in procs:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            try:
+                proc.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
     def wait_for_slots(self, n: int, timeout: float = 60) -> None:
         beats = Heartbeats(self.redis(), self.keys)
