@@ -26,6 +26,7 @@ residual scale, ``drift`` the measured out-of-sample error per iteration ahead.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -247,15 +248,20 @@ class LossPredictor:
             prev_loss = initial
         else:
             lowest, step = previous.lowest_loss, previous.largest_step_drop
-            start = len(losses)
-            while start > 0 and losses[start - 1].iteration > previous.k_last:
-                start -= 1
+            start = bisect.bisect_right(losses, previous.k_last, key=_iteration)
             prev_loss = losses[start - 1].loss if start > 0 else math.nan
-        for point in losses[start:]:
-            lowest = point.loss if math.isnan(lowest) else min(lowest, point.loss)
-            if not math.isnan(prev_loss):
-                step = max(step, prev_loss - point.loss)
-            prev_loss = point.loss
+        if start < len(losses):
+            # A chunk adds hundreds of points and a round refits thousands of
+            # jobs: one array pass, not a Python loop, per job. NaN losses and
+            # the differences they make are skipped, as the fits skip them.
+            new = np.fromiter((p.loss for p in losses[start:]), float, len(losses) - start)
+            if not np.isnan(new).all():
+                lowest = float(np.nanmin(new)) if math.isnan(lowest) else \
+                    min(lowest, float(np.nanmin(new)))
+            with np.errstate(invalid="ignore"):  # inf - inf is a NaN step, skipped
+                steps = np.concatenate(([prev_loss], new[:-1])) - new
+            if not np.isnan(steps).all():
+                step = max(step, float(np.nanmax(steps)))
         spi = _seconds_per_iteration(losses, self.config.timing_points)
         family, anchor = UNKNOWN, math.nan
         params: tuple[float, ...] = ()
@@ -449,6 +455,10 @@ def _recent_offset(resid: np.ndarray, used: np.ndarray) -> np.ndarray:
     rank = np.where(used, used[:, ::-1].cumsum(1)[:, ::-1], 0)
     newest = used & (rank <= _ANCHOR_POINTS)
     return (resid * newest).sum(1) / np.maximum(newest.sum(1), 1)
+
+
+def _iteration(point: LossPoint) -> int:
+    return point.iteration
 
 
 def _seconds_per_iteration(losses: Sequence[LossPoint], count: int) -> float | None:
