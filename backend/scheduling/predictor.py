@@ -252,14 +252,16 @@ class LossPredictor:
             prev_loss = losses[start - 1].loss if start > 0 else math.nan
         if start < len(losses):
             # A chunk adds hundreds of points and a round refits thousands of
-            # jobs: one array pass, not a Python loop, per job. NaN losses and
-            # the differences they make are skipped, as the fits skip them.
+            # jobs: one array pass, not a Python loop, per job. A non-finite
+            # loss (a diverged or overflowed step) and the steps to and from
+            # it are skipped: an infinite "drop" would outrank every job.
             new = np.fromiter((p.loss for p in losses[start:]), float, len(losses) - start)
+            new[~np.isfinite(new)] = np.nan
             if not np.isnan(new).all():
                 lowest = float(np.nanmin(new)) if math.isnan(lowest) else \
                     min(lowest, float(np.nanmin(new)))
-            with np.errstate(invalid="ignore"):  # inf - inf is a NaN step, skipped
-                steps = np.concatenate(([prev_loss], new[:-1])) - new
+            before = prev_loss if math.isfinite(prev_loss) else math.nan
+            steps = np.concatenate(([before], new[:-1])) - new
             if not np.isnan(steps).all():
                 step = max(step, float(np.nanmax(steps)))
         spi = _seconds_per_iteration(losses, self.config.timing_points)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -109,6 +110,24 @@ def test_incremental_statistics_match_full_history() -> None:
     assert fit.largest_drop == pytest.approx(losses[0] - min(losses))
     steps = [a - b for a, b in zip(losses, losses[1:], strict=False)]
     assert fit.largest_step_drop == pytest.approx(max(steps))
+
+
+def test_statistics_skip_nan_and_infinite_losses() -> None:
+    # A trainer may report NaN (diverged) or inf (overflow) now and then: the
+    # running lowest loss and largest step ignore them, whatever the chunking.
+    clean = view(CURVES["exp"], 60, noise=0.02, seed=5)
+    odd = {7: math.nan, 8: 2.5, 20: math.inf, 21: math.inf, 33: math.nan, 59: math.nan}
+    points = tuple(LossPoint(p.iteration, odd.get(p.iteration, p.loss), p.seconds)
+                   for p in clean.losses)
+    predictor = LossPredictor()
+    for n in (5, 8, 21, 34, 60):
+        fit = predictor.fit(replace(clean, losses=points[:n]))
+    losses = [p.loss for p in points]
+    finite = [x for x in losses if math.isfinite(x)]
+    steps = [a - b for a, b in zip(losses, losses[1:], strict=False) if math.isfinite(a - b)]
+    assert fit.lowest_loss == min(finite)
+    assert fit.largest_step_drop == max(steps)
+    assert fit.largest_step_drop > 1.0, "the step from 2.5 down to the curve counts"
 
 
 def test_batch_fit_equals_single_fits() -> None:
