@@ -415,6 +415,10 @@ def test_host_cut_off_mid_chunk_its_chunk_finishes_elsewhere_exactly_once(
             for job_id, (seq, host) in claims.poll().items():
                 if host != b.hostname or (job_id, seq) in old:
                     continue
+                if claims.seen.get((job_id, seq - 1), ("", 0.0))[0] != b.hostname:
+                    # Its last checkpoint was written on B, so the rerun on C
+                    # must restore it from the shared directory (a hand-off).
+                    continue
                 if (job_id, seq) not in budgets:
                     budgets[(job_id, seq)] = _chunk_iterations(cluster.db_url, job_id, seq)
                 if (budgets[(job_id, seq)] or 0) < MIN_VICTIM_ITERATIONS:

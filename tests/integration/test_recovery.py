@@ -13,6 +13,7 @@ import signal
 import socket
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -77,6 +78,12 @@ def decisions(db_url: str) -> list[tuple[int, int, float]]:
             .order_by(col(Decision.created_at))
         ).all()
     return [(int(j), int(s), as_utc(at).timestamp()) for j, s, at in rows]
+
+
+def requeued(db_url: str, job_id: int, lost_seq: int) -> bool:
+    """Whether the job whose chunk ``lost_seq`` was lost is queued or granted again."""
+    status, chunk_seq = job_row(db_url, job_id)
+    return chunk_seq > lost_seq or status == JobStatus.queued
 
 
 def job_row(db_url: str, job_id: int) -> tuple[str, int]:
@@ -237,9 +244,11 @@ def test_sigkilled_celery_main_process_chunks_are_reclaimed_by_heartbeat(
         print(f"\nchunks of the SIGKILLed worker reclaimed {slowest:.2f}s after the kill "
               f"(heartbeat TTL {HEARTBEAT_TTL_SECONDS}s, lease {LEASE_SECONDS}s): {reclaimed}")
         assert slowest < RECLAIM_BOUND_SECONDS, portal.log_tail()
+        # The scheduler revokes the lease in Redis, then queues the job in the
+        # database: the row follows a moment later.
         for job_id, seq in victims.items():
-            status, chunk_seq = job_row(portal.db_url, job_id)
-            assert chunk_seq > seq or status == JobStatus.queued, (job_id, status, chunk_seq)
+            wait_until(partial(requeued, portal.db_url, job_id, seq), 10,
+                       f"job {job_id} to be queued again or granted anew")
         assert log_has(portal, "scheduler", "stopped heartbeating")
         assert_all_finished_exactly(portal, api, jobs)
         new_slots = set(portal.slot_pids())
