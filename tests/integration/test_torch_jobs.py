@@ -25,6 +25,9 @@ from tests.utils.portal import Portal
 from tests.utils.waiting import wait_until
 
 pytest.importorskip("torch")
+# What these check is the trainers' exact resume, not storage: the kill-and-
+# resume tests of tests/integration/test_end_to_end.py run on both databases.
+pytestmark = pytest.mark.one_database
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus" / "python_docstrings.txt"
 CNN_ITERATIONS = 300
