@@ -15,6 +15,10 @@ import pytest
 from backend.client import SlaqClient, SlaqError, describe_error
 from tests.utils.portal import ROOT, Portal
 
+# The client's commands and files are the subject; the API under them is
+# tested on both databases elsewhere.
+pytestmark = pytest.mark.one_database
+
 EMAIL = "alice@team-a.test"  # created by the member_token fixture
 PASSWORD = "pw-" + EMAIL
 

@@ -7,9 +7,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import httpx
+import pytest
 
 from backend.core.fits import read_fit
 from tests.utils.portal import Portal
+
+# The published fit travels through Redis, not the database.
+pytestmark = pytest.mark.one_database
 
 T = TypeVar("T")
 

@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.utils.portal import Portal
+
+# Credentials are checked the same way whatever the database.
+pytestmark = pytest.mark.one_database
 
 
 def _detail(portal: Portal, headers: dict[str, str]) -> str:

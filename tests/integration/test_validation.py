@@ -7,6 +7,9 @@ from typing import Any
 import httpx
 import pytest
 
+# A bad spec is refused before anything reaches the database.
+pytestmark = pytest.mark.one_database
+
 GOOD: dict[str, Any] = {"algorithm": "logistic_regression", "dataset": "iris",
                         "stopping": {"max_iterations": 100}}
 
