@@ -73,29 +73,26 @@ def metered(module_db_url: str, redis_url: str,
         portal.close()
 
 
-@pytest.fixture(scope="module")
-def admin(metered: Metered) -> Iterator[httpx.Client]:
-    token = make_user_token(metered.portal.db_url, tenant="platform", email="ops@prom.test",
-                            role=Role.platform_admin)
+def _signed_in(metered: Metered, tenant: str, email: str, **kwargs: Any) -> Iterator[httpx.Client]:
+    token = make_user_token(metered.portal.db_url, tenant=tenant, email=email, **kwargs)
     with token_client(metered.portal, token) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def admin(metered: Metered) -> Iterator[httpx.Client]:
+    yield from _signed_in(metered, "platform", "ops@prom.test", role=Role.platform_admin)
 
 
 @pytest.fixture(scope="module")
 def member(metered: Metered) -> Iterator[httpx.Client]:
-    token = make_user_token(metered.portal.db_url, tenant="lab", email="m@lab.test",
-                            max_slots=10)
-    with token_client(metered.portal, token) as client:
-        yield client
+    yield from _signed_in(metered, "lab", "m@lab.test", max_slots=10)
 
 
 @pytest.fixture(scope="module")
 def parked(metered: Metered) -> Iterator[httpx.Client]:
     """A tenant whose slot quota is 0: its jobs stay queued."""
-    token = make_user_token(metered.portal.db_url, tenant="parked", email="p@parked.test",
-                            max_slots=0)
-    with token_client(metered.portal, token) as client:
-        yield client
+    yield from _signed_in(metered, "parked", "p@parked.test", max_slots=0)
 
 
 def parse(text: str) -> Figures:
