@@ -3,7 +3,9 @@
 A round: return lost chunks to the queue (lease expired, or the worker slot
 that started the chunk stopped heartbeating), bring the in-memory job state up
 to date with what changed (:mod:`backend.scheduler.state`), serve free slots
-from the head of the last full ranking (the backlog), ask the active policy for
+from the head of the last full ranking (the backlog; a slot freed since the
+last round is served from it first, before anything is read from the
+database), ask the active policy for
 grants for any slot still free, drop any grant that breaks a hard
 limit (the simulator's own check), and dispatch the rest (DB update fenced by
 chunk_seq, decision row, lease, Celery message). Then it publishes what the
@@ -152,8 +154,13 @@ class Scheduler:
             claims = self.leases.claimed_slots()
             adverts = self.heartbeats.alive_info()
             alive = set(adverts)
-            reclaimed = self._reclaim_lost(session, live, claims, alive)
             self._note_finished_chunks(live)
+            tenants = self._tenants(session)
+            # Counted in ``live`` from here on, like any chunk in flight.
+            early = self._serve_backlog_first(session, name, tenants, live, adverts)
+            live.update(g.job_id for g in early)
+            early_ms = (time.perf_counter() - began) * 1000
+            reclaimed = self._reclaim_lost(session, live, claims, alive)
             for job_id in reclaimed:
                 self.state.mark_dirty(job_id)
             # Experiments' early-stopping rules pause hopeless configurations
@@ -161,11 +168,6 @@ class Scheduler:
             for job_id in self.stopper.run(session):
                 self.state.mark_dirty(job_id)
             self.state.sync(session, live)
-            tenant_rows = session.execute(select(col(Tenant.id), col(Tenant.max_slots),
-                                                 col(Tenant.share_weight),
-                                                 col(Tenant.pool_slots))).all()
-            tenants = {int(t): TenantView(int(t), int(m), float(w), dict(p or {}))
-                       for t, m, w, p in tenant_rows}
             slots = len(alive)
             free = max(slots - len(live), 0)
             pools = self.pools.views(session, adverts, self._in_flight_by_pool(live))
@@ -182,8 +184,8 @@ class Scheduler:
             dispatched: list[Grant] = []
             rejected: list[Rejected] = []
             if free > 0 and self._backlog:
-                # A freed slot is served from the last full ranking before the
-                # policy runs again, so it never waits for the expensive part.
+                # Slots freed while the state synced: still the last ranking
+                # first, so they never wait for the policy.
                 dispatched, rejected = self._grant(session, snapshot, self._from_backlog(snapshot),
                                                    name)
                 if dispatched:
@@ -198,7 +200,11 @@ class Scheduler:
                 rejected += dropped
                 if more:
                     snapshot = self._after(snapshot, more)
-            granted_ms = (time.perf_counter() - began) * 1000
+            granted_ms = (time.perf_counter() - began) * 1000 if dispatched or not early \
+                else early_ms
+            # ``live`` counts the early grants already; ``dispatched`` names them all.
+            running = len(live) + len(dispatched)
+            dispatched = early + dispatched
             # Re-rank after dispatch, off the grant's path: the next few grants
             # the policy would make are the backlog the next freed slot takes.
             self._backlog = policy.allocate(replace(snapshot, free_slots=BACKLOG_LENGTH))
@@ -209,13 +215,49 @@ class Scheduler:
                                      granted_ms, (time.perf_counter() - began) * 1000)
                 rows = self.state.rows
                 self.recorder.round_done(
-                    total=slots, running=len(live) + len(dispatched),
+                    total=slots, running=running,
                     queued=lambda: sum(1 for r in rows.values() if r.status == JobStatus.queued),
                     granted=len(dispatched), rejected=len(rejected), reclaimed=len(reclaimed))
             self._publish_fits(policy, snapshot)
         observe_round(self.redis, self.keys, began, granted_ms, dispatched, rejected)
         return RoundResult(name, slots, free, len(self.state.rows), dispatched, reclaimed,
                            rejected)
+
+    @staticmethod
+    def _tenants(session: Session) -> dict[int, TenantView]:
+        rows = session.execute(select(col(Tenant.id), col(Tenant.max_slots),
+                                      col(Tenant.share_weight), col(Tenant.pool_slots))).all()
+        return {int(t): TenantView(int(t), int(m), float(w), dict(p or {}))
+                for t, m, w, p in rows}
+
+    def _serve_backlog_first(self, session: Session, name: str, tenants: dict[int, TenantView],
+                             live: set[int], adverts: dict[str, Any]) -> list[Grant]:
+        """Give slots freed since the last round the head of the last ranking,
+        before the state sync, lost-chunk checks and early-stopping rules.
+
+        Only when that ranking still holds: same policy and quotas, and no job
+        has arrived since that it did not know. Its rows may be a round old;
+        the dispatch is fenced on the database row (a job paused or cancelled
+        since is skipped), and quotas are this round's.
+        """
+        slots = len(adverts)
+        if not self._backlog or slots <= len(live) or \
+                (name, tenants, self.state.arrivals) != self._backlog_basis or \
+                self.state.arrival_pending():
+            return []
+        rows = self.state.rows
+        running = [self.state.view(j, True) for j in live if j in rows]
+        candidates = [self.state.view(g.job_id, False) for g in self._backlog
+                      if g.job_id in rows and g.job_id not in live
+                      and rows[g.job_id].status == JobStatus.queued]
+        snapshot = Snapshot(now=time.time(), free_slots=slots - len(live), total_slots=slots,
+                            chunk_seconds=self.chunk_seconds, jobs=running + candidates,
+                            tenants=tenants,
+                            default_chunk_iterations=self.default_chunk_iterations,
+                            pools=self.pools.views(session, adverts,
+                                                   self._in_flight_by_pool(live)))
+        dispatched, _ = self._grant(session, snapshot, self._from_backlog(snapshot), name)
+        return dispatched
 
     def _admitted(self, slots: int, live: set[int],
                   tenants: dict[int, TenantView]) -> tuple[list[JobView], list[int]]:

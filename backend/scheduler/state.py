@@ -158,6 +158,13 @@ class JobState:
             self._drop_subscription()
             self._reconciled_at = float("-inf")
 
+    def arrival_pending(self) -> bool:
+        """Whether an event since the last sync names a job these rows do not
+        hold (submitted or resumed): one that a ranking made before it does
+        not know. The events stay pending for the next sync."""
+        self._drain_events()
+        return any(job_id not in self.rows for job_id in self._dirty)
+
     def _note_event(self, data: Any) -> None:
         try:
             event = json.loads(data)
