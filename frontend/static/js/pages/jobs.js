@@ -19,7 +19,7 @@ import {
 import { startPage } from "../layout.js";
 import { showState, subscribe } from "../live.js";
 import { sparkline } from "../sparkline.js";
-import { datasetLabel, isUnknownUpload, loadUploads } from "../uploads.js";
+import { datasetLabel, isUnknownUpload, loadUploads, uploadId } from "../uploads.js";
 
 const STATUSES = ["queued", "running", "paused", "completed", "failed", "cancelled"];
 const PAGE_SIZES = [10, 20, 50, 100];
@@ -370,9 +370,12 @@ async function load({ quiet = false } = {}) {
     return;
   }
   state.total = page.total;
-  // A job on an upload this page has not seen yet (new since it loaded): learn its name.
-  const names = page.items.some((job) => isUnknownUpload(job.dataset)) ? loadUploads({ refresh: true }) : null;
-  await Promise.all([names, ...page.items.map((job) => loadSpark(job))]);
+  // Upload names load with the page; only rows on an upload wait for them.
+  if (page.items.some((job) => uploadId(job.dataset) !== null)) {
+    await loadUploads();
+    // A job on an upload this page has not seen yet (new since it loaded): learn its name.
+    if (page.items.some((job) => isUnknownUpload(job.dataset))) await loadUploads({ refresh: true });
+  }
   if (state.loading !== token) return;
   const focused = document.activeElement && document.activeElement.id;
   state.rows.clear();
@@ -412,6 +415,18 @@ async function load({ quiet = false } = {}) {
   clear(root, body, page.items.length ? renderPager() : null);
   if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
   followUnplaced();
+  // The list shows at once; each trend fills in as its losses arrive.
+  await Promise.all(
+    page.items.map(async (job) => {
+      if ((await loadSpark(job)) && state.loading === token) fillSpark(job);
+    }),
+  );
+}
+
+function fillSpark(job) {
+  const entry = state.rows.get(job.id);
+  const cell = entry && entry.tr.querySelector('td[data-label="Trend"]');
+  if (cell) clear(cell, sparkCell(entry.job));
 }
 
 // ---- live updates ----
@@ -487,8 +502,10 @@ function setLive(value) {
 }
 
 async function main() {
-  await startPage("jobs");
-  await loadUploads();
+  // Who you are, upload names and the list load side by side: the list does
+  // not wait for the header.
+  const me = startPage("jobs");
+  loadUploads();
   readUrl();
   clear($("#jobs-root"), renderToolbar(), h("div", { id: "bulk-result" }), h("div", { id: "jobs-results" }));
   showState($("#jobs-live"), state.live);
@@ -497,7 +514,7 @@ async function main() {
     syncToolbar();
     load();
   });
-  await load();
+  await Promise.all([me, load()]);
   subscribe(() => "/api/v1/events", { job: onJobEvent }, setLive);
   // Slow poll as a safety net, faster while the live stream is down.
   const poll = () => {
