@@ -13,9 +13,11 @@ script does: list the jobs, open a job, read its losses, and now and then
   200/20 throughput ratio says whether more clients cost throughput.
 
 Each database is measured with 1 and 2 API processes (``--processes``). The
-load generator (asyncio + httpx, one process) shares the machine with the
+load generator (asyncio + aiohttp, one process) shares the machine with the
 portal, so absolute figures are lower than on a dedicated client host;
-compare within one run.
+compare within one run. aiohttp rather than httpx: httpx's connection pool
+costs the generator several milliseconds of CPU per request at 200
+connections, CPU the portal under test then lacks.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 from tests.utils.portal import Portal, make_user_token, start_portal
@@ -42,40 +45,59 @@ LONG_JOB = {"algorithm": "logistic_regression", "dataset": "digits",
             "stopping": {"max_iterations": 500_000, "tolerance": None}}
 
 
+def _percentiles_ms(latencies: list[float]) -> list[float]:
+    """p50, p95 and p99 in milliseconds."""
+    qs = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
+    return [q * 1000 for q in (qs[49], qs[94], qs[98])]
+
+
 @dataclass
 class Stats:
     latencies: list[float] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    by_kind: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, kind: str, seconds: float) -> None:
+        self.latencies.append(seconds)
+        self.by_kind.setdefault(kind, []).append(seconds)
 
     def line(self, name: str) -> str:
         n = len(self.latencies)
         if n == 0:
             return f"{name:>10}  no request completed; errors {dict(self.errors)}"
-        qs = statistics.quantiles(self.latencies, n=100) if n > 1 else self.latencies * 99
-        ms = [q * 1000 for q in (qs[49], qs[94], qs[98])]
+        ms = _percentiles_ms(self.latencies)
+        kinds = "  ".join(f"{kind} p50 {p[0]:.0f} / p99 {p[2]:.0f}"
+                          for kind, values in sorted(self.by_kind.items())
+                          for p in [_percentiles_ms(values)])
         return (f"{name:>10}  {n / self.seconds:7.1f} req/s  p50 {ms[0]:6.0f} ms  "
                 f"p95 {ms[1]:6.0f} ms  p99 {ms[2]:6.0f} ms  requests {n:6d}  "
-                f"errors {sum(self.errors.values())} {dict(self.errors) or ''}")
+                f"errors {sum(self.errors.values())} {dict(self.errors) or ''}\n"
+                f"{'':>12}by route (ms): {kinds}")
 
 
-async def _one_request(api: httpx.AsyncClient, job_ids: list[int], rng: random.Random) -> int:
+async def _one_request(api: aiohttp.ClientSession, job_ids: list[int],
+                       rng: random.Random) -> tuple[str, int]:
     roll = rng.random()
     if roll < SUBMIT_SHARE:
+        kind = "submit"
         spec = dict(LONG_JOB, stopping={"max_iterations": 200, "tolerance": None})
-        response = await api.post("/api/v1/jobs", json=spec)
-        return response.status_code
-    job = rng.choice(job_ids)
-    if roll < 0.35:
-        response = await api.get("/api/v1/jobs", params={"limit": 20})
-    elif roll < 0.7:
-        response = await api.get(f"/api/v1/jobs/{job}")
+        request = api.post("/api/v1/jobs", json=spec)
     else:
-        response = await api.get(f"/api/v1/jobs/{job}/losses", params={"max_points": 500})
-    return response.status_code
+        job = rng.choice(job_ids)
+        if roll < 0.35:
+            kind, request = "list", api.get("/api/v1/jobs", params={"limit": 20})
+        elif roll < 0.7:
+            kind, request = "job", api.get(f"/api/v1/jobs/{job}")
+        else:
+            kind = "losses"
+            request = api.get(f"/api/v1/jobs/{job}/losses", params={"max_points": 500})
+    async with request as response:
+        await response.read()  # a client reads what it asked for
+        return kind, response.status
 
 
-async def _client(api: httpx.AsyncClient, job_ids: list[int], stats: Stats, stop_at: float,
+async def _client(api: aiohttp.ClientSession, job_ids: list[int], stats: Stats, stop_at: float,
                   pause: float, seed: int) -> None:
     rng = random.Random(seed)
     if pause:
@@ -83,12 +105,12 @@ async def _client(api: httpx.AsyncClient, job_ids: list[int], stats: Stats, stop
     while time.monotonic() < stop_at:
         started = time.monotonic()
         try:
-            code = await _one_request(api, job_ids, rng)
+            kind, code = await _one_request(api, job_ids, rng)
             if code >= 400:
                 stats.errors[str(code)] += 1
             else:
-                stats.latencies.append(time.monotonic() - started)
-        except httpx.HTTPError as exc:
+                stats.add(kind, time.monotonic() - started)
+        except (aiohttp.ClientError, TimeoutError) as exc:
             stats.errors[type(exc).__name__] += 1
         if pause:
             await asyncio.sleep(pause)
@@ -97,9 +119,11 @@ async def _client(api: httpx.AsyncClient, job_ids: list[int], stats: Stats, stop
 async def _run(base_url: str, token: str, job_ids: list[int], clients: int, pause: float,
                seconds: float) -> Stats:
     stats = Stats()
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits,
-                                 headers={"Authorization": f"Bearer {token}"}) as api:
+    # One connection per client, kept alive, as each browser tab or script has.
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(base_url=base_url, connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=60),
+                                     headers={"Authorization": f"Bearer {token}"}) as api:
         started = time.monotonic()
         stop_at = started + seconds
         await asyncio.gather(*(_client(api, job_ids, stats, stop_at, pause, i)
