@@ -1,5 +1,5 @@
-"""Live vs simulated: one workload, slaq vs fair, on real workers and in the
-simulator, figures side by side.
+"""Live vs simulated: one workload, slaq vs fair and las, on real workers and
+in the simulator, figures side by side.
 
     .venv/bin/python -m tests.bench.live_compare [--jobs 16] [--load 1.5] [--seed 0]
 
@@ -9,6 +9,15 @@ recorded curves' algorithm, dataset, parameters and seed, and run for the
 recorded number of iterations; training is deterministic, so the live losses
 are the trace's losses and only timing differs. The live figures are computed
 with the simulator's own metric code from the loss points' commit times.
+
+The simulator runs twice per policy: charging each chunk the overhead the
+trace recorded (``sim``), and at the cost measured in the live runs
+(``sim@live``). Per live chunk, its wall time (from the grant to its last
+loss point's commit, plus the wait from the chunk end before the grant) is
+fitted as ``slowdown * trace compute seconds + overhead`` by least squares:
+the live machine computes slower than the one that recorded the trace (here
+the portal shares its cores with the workers), and each chunk costs a fixed
+overhead on top.
 """
 
 from __future__ import annotations
@@ -16,15 +25,17 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import numpy as np
 from sqlalchemy import select
 from sqlmodel import col
 
 from backend.core.db import engine_for, session_scope
-from backend.core.models import Job, LossRecord, as_utc
+from backend.core.models import Decision, Job, LossRecord, as_utc
 from backend.scheduling.metrics import Figures, figures
 from backend.scheduling.simulator import SimConfig, SimJob, SimResult, build_policy, simulate
 from backend.scheduling.trace import Trace, load_trace
@@ -40,11 +51,57 @@ def _epoch(moment: datetime) -> float:
     return as_utc(moment).timestamp()
 
 
+def chunk_costs(jobs: list[SimJob],
+                grants: dict[int, list[tuple[float, int]]]) -> list[tuple[float, float]]:
+    """(trace compute seconds, live wall seconds) of each live chunk: wall
+    from its grant to its last loss point's commit, plus the scheduler's delay
+    before the grant: from the later of the latest chunk end before it and
+    the job's own arrival or previous chunk end. ``grants`` maps a job to its
+    (grant time, iterations), in chunk order; times on the jobs' clock."""
+    # (granted, ready: when the job could run, ended, compute, wall)
+    costs: list[tuple[float, float, float, float, float]] = []
+    for job in jobs:
+        done, ready = 0, job.arrival
+        for granted, iterations in grants.get(job.job_id, []):
+            last = min(done + iterations, len(job.iteration_times))
+            if last <= done:
+                break
+            ended = job.iteration_times[last - 1]
+            compute = sum(job.curve.seconds[done:last])
+            costs.append((granted, ready, ended, compute, ended - granted))
+            done, ready = last, ended
+    ends = sorted(ended for _, _, ended, _, _ in costs)
+    out = []
+    for granted, ready, _, compute, wall in costs:
+        # The slot this grant took was freed at the latest chunk end before it;
+        # the job waited from then, or from when it could first run. A wait of
+        # more than a second is a policy's choice, not a cost of chunking.
+        before = [e for e in ends if e <= granted]
+        gap = granted - max(before[-1] if before else ready, ready)
+        out.append((compute, wall + (gap if 0 <= gap < 1.0 else 0.0)))
+    return out
+
+
+def fit_cost(costs: list[tuple[float, float]]) -> tuple[float, float]:
+    """(slowdown, overhead seconds): least squares of wall on compute."""
+    compute = np.array([c for c, _ in costs])
+    wall = np.array([w for _, w in costs])
+    slope, intercept = np.polyfit(compute, wall, 1)
+    return float(slope), float(intercept)
+
+
+def at_live_cost(trace: Trace, slowdown: float, overhead: float) -> Trace:
+    return replace(trace, curves=tuple(
+        replace(c, seconds=tuple(s * slowdown for s in c.seconds),
+                chunk_overhead_seconds=overhead) for c in trace.curves))
+
+
 def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: float,
-             redis_url: str, root: Path) -> tuple[SimResult, float]:
-    """Replays ``arrivals`` on a fresh portal; returns the result and the
+             redis_url: str, root: Path) -> tuple[SimResult, float, list[tuple[float, float]]]:
+    """Replays ``arrivals`` on a fresh portal; returns the result, the
     largest relative difference between live and recorded losses (the trace
-    stores about six significant digits, so ~5e-6 means identical)."""
+    stores about six significant digits, so ~5e-6 means identical) and the
+    live chunks' costs (:func:`chunk_costs`)."""
     data = root / policy
     db_url = f"sqlite:///{data / 'live.db'}"
     portal = start_portal(data_dir=data, db_url=db_url, redis_url=redis_url, workers=SLOTS,
@@ -80,9 +137,15 @@ def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: 
         portal.close()
     jobs: list[SimJob] = []
     worst = 0.0
+    grants: dict[int, list[tuple[float, int]]] = {}
     with session_scope(engine_for(db_url)) as session:
         rows = {j.id: j for j in session.execute(select(Job)).scalars()}
         t0 = min(_epoch(j.created_at) for j in rows.values())
+        index = {job_id: i for i, job_id in ids.items()}
+        for job_id, at, iterations in session.execute(
+                select(col(Decision.job_id), col(Decision.created_at), col(Decision.iterations))
+                .order_by(col(Decision.job_id), col(Decision.chunk_seq))).all():
+            grants.setdefault(index[job_id], []).append((_epoch(at) - t0, iterations))
         for arrival in arrivals:
             job = rows[ids[arrival.index]]
             curve = trace.curve(arrival.curve_id)
@@ -98,7 +161,7 @@ def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: 
             worst = max([worst] + [abs(p[1] - r) / max(abs(r), 1e-12)
                                    for p, r in zip(points, recorded, strict=True)])
             jobs.append(sim)
-    return SimResult(policy, jobs, 0, 0.0, 0), worst
+    return SimResult(policy, jobs, 0, 0.0, 0), worst, chunk_costs(jobs, grants)
 
 
 def main() -> None:
@@ -114,26 +177,41 @@ def main() -> None:
                                  seed=args.seed, chunk_seconds=args.chunk_seconds)
     config = SimConfig(slots=SLOTS, chunk_seconds=args.chunk_seconds)
     rows: dict[str, Figures] = {}
+    costs: list[tuple[float, float]] = []
+    policies = ("fair", "las", "slaq")
     with tempfile.TemporaryDirectory() as tmp, test_redis(Path(tmp), BENCH_REDIS_DB) as redis_url:
-        for policy in ("fair", "slaq"):
-            simulated = figures(simulate(build_policy(policy, trace, arrivals), trace,
-                                         arrivals, config))
-            live, worst = run_live(policy, trace, arrivals, args.chunk_seconds, redis_url,
-                                   Path(tmp))
-            rows[f"{policy} (sim)"] = simulated
+        for policy in policies:
+            rows[f"{policy} (sim)"] = figures(simulate(build_policy(policy, trace, arrivals),
+                                                       trace, arrivals, config))
+            live, worst, cost = run_live(policy, trace, arrivals, args.chunk_seconds, redis_url,
+                                         Path(tmp))
+            costs += cost
             rows[f"{policy} (live)"] = figures(live)
-            print(f"{policy}: live losses match the trace to a relative {worst:.1e}", flush=True)
+            print(f"{policy}: live losses match the trace to a relative {worst:.1e}; "
+                  f"{len(cost)} chunks", flush=True)
+    slowdown, overhead = fit_cost(costs)
+    measured = at_live_cost(trace, slowdown, overhead)
+    for policy in policies:
+        rows[f"{policy} (sim@live)"] = figures(simulate(build_policy(policy, measured, arrivals),
+                                                        measured, arrivals, config))
     keys = list(Figures.__dataclass_fields__)
     print(f"\nworkload: {args.jobs} jobs, load {args.load}, seed {args.seed}, {SLOTS} slots, "
-          f"chunk {args.chunk_seconds}s ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)")
-    print(f"{'run':<14}" + "".join(f"{k:>16}" for k in keys))
+          f"chunk {args.chunk_seconds}s ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC); live chunk "
+          f"cost over {len(costs)} chunks: {slowdown:.2f} x trace compute + {overhead:.3f} s")
+    print(f"{'run':<18}" + "".join(f"{k:>16}" for k in keys))
     for name, fig in rows.items():
-        print(f"{name:<14}" + "".join(f"{getattr(fig, k):>16.3f}" for k in keys))
-    for kind in ("sim", "live"):
-        fair, slaq = rows[f"fair ({kind})"], rows[f"slaq ({kind})"]
-        print(f"slaq/fair ({kind}): " + ", ".join(
-            f"{k} {getattr(slaq, k) / getattr(fair, k):.2f}" for k in keys
-            if getattr(fair, k)))
+        print(f"{name:<18}" + "".join(f"{getattr(fig, k):>16.3f}" for k in keys))
+    for other in ("fair", "las"):
+        for kind in ("sim", "sim@live", "live"):
+            base, slaq = rows[f"{other} ({kind})"], rows[f"slaq ({kind})"]
+            print(f"slaq/{other} ({kind}): " + ", ".join(
+                f"{k} {getattr(slaq, k) / getattr(base, k):.2f}" for k in keys
+                if getattr(base, k)))
+    for policy in policies:
+        span = rows[f"{policy} (live)"].makespan
+        print(f"{policy}: live makespan / simulated "
+              f"{span / rows[f'{policy} (sim)'].makespan:.2f}, / simulated at the live chunk "
+              f"cost {span / rows[f'{policy} (sim@live)'].makespan:.2f}")
 
 
 if __name__ == "__main__":
