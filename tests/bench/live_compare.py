@@ -12,17 +12,18 @@ with the simulator's own metric code from the loss points' commit times.
 
 The simulator runs twice per policy: charging each chunk the overhead the
 trace recorded (``sim``), and at the cost measured in the live runs
-(``sim@live``). Per live chunk, its wall time (from the grant to its last
-loss point's commit, plus the wait from the chunk end before the grant) is
-fitted as ``slowdown * trace compute seconds + overhead`` by least squares:
-the live machine computes slower than the one that recorded the trace (here
-the portal shares its cores with the workers), and each chunk costs a fixed
-overhead on top.
+(``sim@live``): the trace's compute seconds scaled by the live slowdown (the
+live iterations' measured seconds over the trace's for the same
+iterations: here the portal shares its cores with the workers), and each
+chunk charged the median live overhead: its wall time (grant to the commit
+of its loss points, plus the scheduler's delay before the grant) less its
+iterations' live compute seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from dataclasses import replace
@@ -30,7 +31,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-import numpy as np
 from sqlalchemy import select
 from sqlmodel import col
 
@@ -51,15 +51,19 @@ def _epoch(moment: datetime) -> float:
     return as_utc(moment).timestamp()
 
 
-def chunk_costs(jobs: list[SimJob],
-                grants: dict[int, list[tuple[float, int]]]) -> list[tuple[float, float]]:
-    """(trace compute seconds, live wall seconds) of each live chunk: wall
+ChunkCost = tuple[float, float, float]  # trace compute, live compute, live wall (seconds)
+
+
+def chunk_costs(jobs: list[SimJob], live_seconds: dict[int, list[float]],
+                grants: dict[int, list[tuple[float, int]]]) -> list[ChunkCost]:
+    """Each live chunk's trace compute seconds, live compute seconds (its
+    iterations' measured seconds, ``live_seconds`` per job) and wall seconds:
     from its grant to its last loss point's commit, plus the scheduler's delay
-    before the grant: from the later of the latest chunk end before it and
-    the job's own arrival or previous chunk end. ``grants`` maps a job to its
+    before the grant (from the later of the latest chunk end before it and the
+    job's own arrival or previous chunk end). ``grants`` maps a job to its
     (grant time, iterations), in chunk order; times on the jobs' clock."""
-    # (granted, ready: when the job could run, ended, compute, wall)
-    costs: list[tuple[float, float, float, float, float]] = []
+    # (granted, ready: when the job could run, ended, trace compute, live compute)
+    chunks: list[tuple[float, float, float, float, float]] = []
     for job in jobs:
         done, ready = 0, job.arrival
         for granted, iterations in grants.get(job.job_id, []):
@@ -67,27 +71,27 @@ def chunk_costs(jobs: list[SimJob],
             if last <= done:
                 break
             ended = job.iteration_times[last - 1]
-            compute = sum(job.curve.seconds[done:last])
-            costs.append((granted, ready, ended, compute, ended - granted))
+            chunks.append((granted, ready, ended, sum(job.curve.seconds[done:last]),
+                           sum(live_seconds[job.job_id][done:last])))
             done, ready = last, ended
-    ends = sorted(ended for _, _, ended, _, _ in costs)
+    ends = sorted(chunk[2] for chunk in chunks)
     out = []
-    for granted, ready, _, compute, wall in costs:
+    for granted, ready, ended, trace_compute, live_compute in chunks:
         # The slot this grant took was freed at the latest chunk end before it;
         # the job waited from then, or from when it could first run. A wait of
         # more than a second is a policy's choice, not a cost of chunking.
         before = [e for e in ends if e <= granted]
         gap = granted - max(before[-1] if before else ready, ready)
-        out.append((compute, wall + (gap if 0 <= gap < 1.0 else 0.0)))
+        out.append((trace_compute, live_compute,
+                    ended - granted + (gap if 0 <= gap < 1.0 else 0.0)))
     return out
 
 
-def fit_cost(costs: list[tuple[float, float]]) -> tuple[float, float]:
-    """(slowdown, overhead seconds): least squares of wall on compute."""
-    compute = np.array([c for c, _ in costs])
-    wall = np.array([w for _, w in costs])
-    slope, intercept = np.polyfit(compute, wall, 1)
-    return float(slope), float(intercept)
+def fit_cost(costs: list[ChunkCost]) -> tuple[float, float]:
+    """(slowdown, overhead seconds): live over trace compute for the same
+    iterations, and the median chunk's wall time beyond its live compute."""
+    slowdown = sum(c[1] for c in costs) / max(sum(c[0] for c in costs), 1e-9)
+    return slowdown, statistics.median(wall - live for _, live, wall in costs)
 
 
 def at_live_cost(trace: Trace, slowdown: float, overhead: float) -> Trace:
@@ -97,7 +101,7 @@ def at_live_cost(trace: Trace, slowdown: float, overhead: float) -> Trace:
 
 
 def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: float,
-             redis_url: str, root: Path) -> tuple[SimResult, float, list[tuple[float, float]]]:
+             redis_url: str, root: Path) -> tuple[SimResult, float, list[ChunkCost]]:
     """Replays ``arrivals`` on a fresh portal; returns the result, the
     largest relative difference between live and recorded losses (the trace
     stores about six significant digits, so ~5e-6 means identical) and the
@@ -138,6 +142,7 @@ def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: 
     jobs: list[SimJob] = []
     worst = 0.0
     grants: dict[int, list[tuple[float, int]]] = {}
+    live_seconds: dict[int, list[float]] = {}
     with session_scope(engine_for(db_url)) as session:
         rows = {j.id: j for j in session.execute(select(Job)).scalars()}
         t0 = min(_epoch(j.created_at) for j in rows.values())
@@ -151,17 +156,18 @@ def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: 
             curve = trace.curve(arrival.curve_id)
             points = session.execute(
                 select(col(LossRecord.iteration), col(LossRecord.loss),
-                       col(LossRecord.recorded_at))
+                       col(LossRecord.recorded_at), col(LossRecord.seconds))
                 .where(col(LossRecord.job_id) == job.id)
                 .order_by(col(LossRecord.iteration))).all()
             sim = SimJob(arrival.index, curve, arrival.tenant_id, _epoch(job.created_at) - t0)
             sim.iteration_times = [_epoch(p[2]) - t0 for p in points]
+            live_seconds[arrival.index] = [float(p[3] or 0.0) for p in points]
             sim.finish = _epoch(job.finished_at) - t0 if job.finished_at else None
             recorded = [curve.losses[p[0] - 1] for p in points]
             worst = max([worst] + [abs(p[1] - r) / max(abs(r), 1e-12)
                                    for p, r in zip(points, recorded, strict=True)])
             jobs.append(sim)
-    return SimResult(policy, jobs, 0, 0.0, 0), worst, chunk_costs(jobs, grants)
+    return SimResult(policy, jobs, 0, 0.0, 0), worst, chunk_costs(jobs, live_seconds, grants)
 
 
 def main() -> None:
@@ -177,7 +183,7 @@ def main() -> None:
                                  seed=args.seed, chunk_seconds=args.chunk_seconds)
     config = SimConfig(slots=SLOTS, chunk_seconds=args.chunk_seconds)
     rows: dict[str, Figures] = {}
-    costs: list[tuple[float, float]] = []
+    costs: list[ChunkCost] = []
     policies = ("fair", "las", "slaq")
     with tempfile.TemporaryDirectory() as tmp, test_redis(Path(tmp), BENCH_REDIS_DB) as redis_url:
         for policy in policies:
