@@ -38,9 +38,11 @@ def test_history_route_serves_recorded_rounds(portal: Portal, api: httpx.Client)
     other = make_user_token(portal.db_url, tenant="secretive", email="sam@secretive.test")
     with httpx.Client(base_url=portal.base_url, timeout=30,
                       headers={"Authorization": f"Bearer {other}"}) as them:
+        # Long enough to span several samples (one every 2 s at most): a job
+        # done within one sampling period may never be seen running.
         hidden = submit(them, algorithm="kmeans", dataset="iris", params={"n_clusters": 3},
                         name="codename-bluebird",
-                        stopping={"max_iterations": 3000, "tolerance": None})
+                        stopping={"max_iterations": 30_000, "tolerance": None})
         started = time.time()
 
         def busy_recorded() -> list[dict[str, float]] | None:
