@@ -84,20 +84,6 @@ def _stop_heartbeat(**_: Any) -> None:
 
 
 @worker_init.connect
-def _preload(**_: Any) -> None:
-    """Import what every chunk needs in the main process, before the pool
-    forks: each child inherits it, instead of its first chunk paying seconds
-    of imports (sklearn about two on a small host, torch for the trainer
-    catalogue about three). Importing torch does not initialise CUDA, so
-    forking after it is safe."""
-    from workers.datasets import preload
-    from workers.trainers.registry import trainers
-
-    preload()
-    trainers()
-
-
-@worker_init.connect
 def _serve_metrics(**_: Any) -> None:
     """In the worker's main process, before its pool starts: this host's and
     pool's figures on WORKER_METRICS_PORT (see :mod:`workers.metrics`)."""

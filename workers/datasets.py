@@ -135,11 +135,6 @@ def _sklearn() -> Any:
     return datasets
 
 
-def preload() -> None:
-    """Import the dataset libraries now (a worker's main process, before it forks)."""
-    _sklearn()
-
-
 def _builtin(loader: str) -> Loader:
     def load(_params: Mapping[str, ParamValue]) -> tuple[np.ndarray, np.ndarray]:
         X, y = getattr(_sklearn(), loader)(return_X_y=True)
