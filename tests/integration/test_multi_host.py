@@ -57,7 +57,9 @@ RECLAIM_BOUND_SECONDS = HEARTBEAT_TTL_SECONDS + 6.0
 """The heartbeat TTL plus a few scheduler ticks on a loaded, shared test host."""
 MIN_VICTIM_ITERATIONS = 40
 """B is cut during a chunk at least this long, so it is surely still running."""
-DIGITS_ITERATIONS = 700
+DIGITS_ITERATIONS = 3000
+"""Several chunks per job, so some job runs two chunks in a row on B (the victim
+must be one, for its rerun on C to be a checkpoint hand-off)."""
 UPLOAD_ITERATIONS = 900
 POSTGRES_PORT = 5432
 REDIS_PORT = 6379
