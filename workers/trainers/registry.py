@@ -85,6 +85,15 @@ def _load_plugin(entry: EntryPoint, taken: Mapping[str, type[Trainer]]) -> type[
 
 
 def trainer_class(name: str) -> type[Trainer]:
+    # A built-in numpy trainer is found without building the whole catalogue:
+    # that imports torch, seconds of a worker's first chunk for a job that
+    # never uses it. Plugins cannot take a built-in's name, so this is the
+    # class trainers() would give.
+    from workers.algorithms import NUMPY_TRAINERS
+
+    for builtin in NUMPY_TRAINERS:
+        if builtin.name == name:
+            return builtin
     cls = trainers().get(name)
     if cls is None:
         raise KeyError(f"unknown algorithm {name!r}; known algorithms: "
