@@ -38,6 +38,7 @@ from backend.core.models import Job, JobStatus, as_utc
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.history import TRAINING_LOSS, HistoryCache
 from backend.scheduling.placement import requirements_from
+from backend.scheduling.speed import SpeedEstimates
 from backend.scheduling.types import JobView, Requirements
 
 log = logging.getLogger(__name__)
@@ -49,10 +50,6 @@ _COLUMNS = (col(Job.id), col(Job.tenant_id), col(Job.status), col(Job.created_at
             col(Job.attained_seconds), col(Job.chunks_run), col(Job.initial_loss),
             col(Job.chunk_seq), col(Job.algorithm), col(Job.dataset), col(Job.quality_metric),
             col(Job.eval_every), col(Job.requirements), col(Job.pool))
-
-# A seconds-per-iteration estimate moves this far towards each new measurement.
-_ESTIMATE_WEIGHT = 0.3
-
 
 def _epoch(moment: datetime | None) -> float:
     return 0.0 if moment is None else as_utc(moment).timestamp()
@@ -106,7 +103,7 @@ class JobState:
         self.rows: dict[int, JobRow] = {}
         self.history = HistoryCache()
         # Seconds per iteration by (algorithm, dataset), learnt from jobs that ran.
-        self.estimates: dict[tuple[str, str], float] = {}
+        self.estimates = SpeedEstimates()
         self._views: dict[int, tuple[tuple[Any, ...], JobView]] = {}
         self._max_id = 0
         self._dirty: set[int] = set()
@@ -352,18 +349,15 @@ class JobState:
         """The job's view, rebuilt only when its row, history or estimate changed."""
         row = self.rows[job_id]
         version = self.history.version(job_id)
-        key = (row, running, version, self.estimates.get(row.kind))
+        estimate = self.estimates.get(row.kind)
+        key = (row, running, version, estimate)
         cached = self._views.get(job_id)
         if cached is not None and cached[0] == key:
             return cached[1]
         losses = self.history.points(job_id)
         if losses and (cached is None or cached[0][2] != version):
-            recent = losses[-50:]
-            measured = max(sum(p.seconds for p in recent) / len(recent), 1e-6)
-            old = self.estimates.get(row.kind)
-            self.estimates[row.kind] = (measured if old is None
-                                        else old + _ESTIMATE_WEIGHT * (measured - old))
-            key = (row, running, version, self.estimates.get(row.kind))
+            estimate = self.estimates.observe(row.kind, losses)
+            key = (row, running, version, estimate)
         view = JobView(
             job_id=job_id,
             tenant_id=row.tenant_id,
@@ -378,7 +372,7 @@ class JobState:
             # A job scheduled on an evaluation metric starts from its first
             # evaluation, not from its first training loss (other units).
             initial_loss=row.initial_loss if row.quality_metric == TRAINING_LOSS else None,
-            estimated_seconds_per_iteration=self.estimates.get(row.kind),
+            estimated_seconds_per_iteration=estimate,
             requirements=row.requirements,
             pool=row.pool,
         )

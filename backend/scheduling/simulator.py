@@ -9,7 +9,11 @@ the grants against the hard limits with the live scheduler's own check
 of ``n`` iterations takes the curve's recorded seconds for those iterations
 plus the curve's measured chunk overhead (half before the first iteration: dispatch
 and checkpoint load; half after the last: checkpoint save and report). Loss
-points become visible to the policy when the chunk ends. A job finishes
+points become visible to the policy when the chunk ends. A job that has not
+run yet is sized, as live, from the seconds per iteration of the jobs of its
+kind (algorithm and dataset) that ran before it
+(:class:`~backend.scheduling.speed.SpeedEstimates`); only the first of a kind
+gets the default chunk length. A job finishes
 when its curve ends (it converged in the recorded run), or earlier when an
 optional ``stopper`` (an experiment's early-stopping rule) stops it: a
 stopped job that is running ends with its chunk in flight, like a live job
@@ -50,6 +54,7 @@ from backend.scheduling.allocation import split_grants
 from backend.scheduling.placement import eligible_pools, place, refusal
 from backend.scheduling.policies.oracle import TrueCurve
 from backend.scheduling.registry import SIMULATION_ONLY, make_policy
+from backend.scheduling.speed import SpeedEstimates
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import (
     Grant,
@@ -134,19 +139,31 @@ class SimJob:
     speed: float = 1.0
     _view: JobView | None = field(default=None, repr=False, compare=False)
 
-    def view(self) -> JobView:
-        # The growing points list is passed, not copied: policies treat it as
-        # read-only, and copying every history every round would dominate.
-        # Memoised until the job's state changes (_start, _complete).
-        if self._view is None:
-            self._view = JobView(
-                job_id=self.job_id, tenant_id=self.tenant_id, submitted_at=self.arrival,
-                iterations_done=self.done, max_iterations=max(self.curve.max_iterations,
-                                                               self.curve.iterations),
-                losses=self.points, running=self.running, attained_seconds=self.attained,
-                waiting_since=self.waiting_since, chunks_run=self.chunks,
-                requirements=self.requirements, pool=self.pool,
-            )
+    @property
+    def kind(self) -> tuple[str, str]:
+        """What its speed is estimated by before it has run, as live."""
+        return self.curve.algorithm, self.curve.dataset
+
+    def view(self, estimate: float | None = None) -> JobView:
+        """``estimate``: seconds per iteration of its kind, which sizes the
+        first chunk of a job that has not run yet.
+
+        The growing points list is passed, not copied: policies treat it as
+        read-only, and copying every history every round would dominate.
+        Memoised until the job's state changes (_start, _complete) or, before
+        its first chunk, its kind's estimate does."""
+        if self._view is not None and (
+                self.done or self._view.estimated_seconds_per_iteration == estimate):
+            return self._view
+        self._view = JobView(
+            job_id=self.job_id, tenant_id=self.tenant_id, submitted_at=self.arrival,
+            iterations_done=self.done, max_iterations=max(self.curve.max_iterations,
+                                                           self.curve.iterations),
+            losses=self.points, running=self.running, attained_seconds=self.attained,
+            waiting_since=self.waiting_since, chunks_run=self.chunks,
+            requirements=self.requirements, pool=self.pool,
+            estimated_seconds_per_iteration=estimate,
+        )
         return self._view
 
 
@@ -250,6 +267,11 @@ def simulate(
             eligible[job.job_id] = [p.name for p in eligible_pools(
                 pool_views, job.requirements, job.tenant_id)]
     waiting_for = dict.fromkeys(pools, 0)
+    # First chunks are sized from the speed of jobs of the same kind, as live;
+    # ``fresh`` are the waiting jobs that have not run, whose views carry it.
+    speeds = SpeedEstimates()
+    fresh: set[int] = set()
+    speeds_moved = False
     events: list[tuple[float, int, int, int]] = []
     for job in jobs:
         heapq.heappush(events, (job.arrival, _ARRIVE, job.job_id, job.job_id))
@@ -277,7 +299,8 @@ def simulate(
             job = jobs[job_id]
             if kind == _ARRIVE:
                 active[job_id] = job
-                views[job_id] = job.view()
+                views[job_id] = job.view(speeds.get(job.kind))
+                fresh.add(job_id)
                 waiting += 1
                 for name in eligible.get(job_id, ()):
                     waiting_for[name] += 1
@@ -286,6 +309,8 @@ def simulate(
                 if job.pool is not None:
                     pool_free[job.pool] += 1
                 _complete(job, at, _points(point_lists, job.curve, job.speed))
+                speeds.observe(job.kind, job.points)
+                speeds_moved = True
                 ended.append(job)
                 if job.finish is None and job.stopped:
                     job.finish = at
@@ -305,11 +330,16 @@ def simulate(
                     job.finish = now
                     del active[job_id]
                     del views[job_id]
+                    fresh.discard(job_id)
                     waiting -= 1
                     for name in eligible.get(job_id, ()):
                         waiting_for[name] -= 1
         if free <= 0 or waiting <= 0:
             continue
+        if speeds_moved:
+            for job_id in fresh:
+                views[job_id] = jobs[job_id].view(speeds.get(jobs[job_id].kind))
+            speeds_moved = False
         snapshot = Snapshot(
             now=now, free_slots=free, total_slots=config.slots,
             chunk_seconds=config.chunk_seconds, jobs=list(views.values()),
@@ -348,6 +378,7 @@ def simulate(
                     speed = pool.speedup
             end = _start(job, grant, begin, pool_name, speed)
             views[job.job_id] = job.view()
+            fresh.discard(job.job_id)
             if pool_name is not None:
                 result.pool_busy[pool_name] += end - begin
                 result.chunk_log.append((begin, end, pool_name))

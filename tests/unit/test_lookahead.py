@@ -38,8 +38,11 @@ def steep(n: int, rate: float) -> list[float]:
 
 
 def curve(cid: str, losses: list[float]) -> TraceCurve:
+    # Each curve its own kind (algorithm): every arriving job's speed is
+    # unknown, so its first chunk is the default 10 iterations, not a chunk
+    # sized from the jobs before it.
     return TraceCurve(id=cid, losses=tuple(losses), seconds=(SPI,) * len(losses),
-                      chunk_overhead_seconds=0.0, max_iterations=len(losses))
+                      chunk_overhead_seconds=0.0, max_iterations=len(losses), algorithm=cid)
 
 
 def chunk_starts(job: SimJob) -> list[float]:

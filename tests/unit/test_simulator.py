@@ -7,13 +7,14 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from backend.scheduling.metrics import figures
 from backend.scheduling.simulator import SimConfig, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve, load_trace, save_trace
 from backend.scheduling.types import Grant, Snapshot
-from backend.scheduling.workload import generate_workload
+from backend.scheduling.workload import Arrival, generate_workload
 from backend.simulation.cli import SIM_POLICIES, simulate_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,3 +148,24 @@ def test_cli_table_and_bad_trace(tmp_path: Path, capsys: pytest.CaptureFixture[s
                           "--chunk-seconds", "0.05"]) == 0
     assert "las" in capsys.readouterr().out
     assert simulate_main(["--trace", str(tmp_path / "missing.json")]) == 2
+
+
+def test_first_chunk_is_sized_from_jobs_of_the_same_kind() -> None:
+    # As live: job 1 (same kind as job 0, which ran first) gets a first chunk
+    # filling the chunk length at job 0's speed; job 2, of a kind never seen,
+    # gets the default 10 iterations.
+    def curve(cid: str, algorithm: str) -> TraceCurve:
+        return TraceCurve(id=cid, losses=tuple(1.0 / k for k in range(1, 301)),
+                          seconds=(0.01,) * 300, algorithm=algorithm, dataset="d",
+                          max_iterations=300, chunk_overhead_seconds=0.2)
+
+    trace = Trace((curve("a", "x"), curve("b", "x"), curve("c", "y")))
+    arrivals = [Arrival(0, 0.0, "a"), Arrival(1, 5.0, "b"), Arrival(2, 5.0, "c")]
+    result = simulate(build_policy("fifo", trace, arrivals), trace, arrivals,
+                      SimConfig(slots=2, chunk_seconds=0.5))
+    # The overhead between chunks leaves a gap in each job's iteration times.
+    first_chunk = [1 + next(i for i, gap in enumerate(np.diff(job.iteration_times)) if gap > 0.1)
+                   for job in result.jobs]
+    # 0.5 s at 0.01 s an iteration (49 when the averaged seconds round up).
+    assert first_chunk[0] == 10 and first_chunk[2] == 10
+    assert first_chunk[1] in (49, 50)
