@@ -10,7 +10,8 @@ recorded number of iterations, after warm-up jobs of another kind have run on
 every slot (a worker process's first chunk pays its imports, once per
 process; the simulator models steady state). Training is deterministic, so the live losses
 are the trace's losses and only timing differs. The live figures are computed
-with the simulator's own metric code from the loss points' commit times.
+with the simulator's own metric code, each loss point dated when its iteration
+ended (:func:`iteration_times`).
 
 The simulator runs twice per policy: charging each chunk the overhead the
 trace recorded (``sim``), and at the cost measured in the live runs
