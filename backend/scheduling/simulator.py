@@ -268,10 +268,11 @@ def simulate(
                 pool_views, job.requirements, job.tenant_id)]
     waiting_for = dict.fromkeys(pools, 0)
     # First chunks are sized from the speed of jobs of the same kind, as live;
-    # ``fresh`` are the waiting jobs that have not run, whose views carry it.
+    # ``fresh``: per kind, the waiting jobs that have not run, whose views
+    # carry its estimate; ``moved``: kinds whose estimate changed since.
     speeds = SpeedEstimates()
-    fresh: set[int] = set()
-    speeds_moved = False
+    fresh: dict[tuple[str, str], set[int]] = {}
+    moved: set[tuple[str, str]] = set()
     events: list[tuple[float, int, int, int]] = []
     for job in jobs:
         heapq.heappush(events, (job.arrival, _ARRIVE, job.job_id, job.job_id))
@@ -300,7 +301,7 @@ def simulate(
             if kind == _ARRIVE:
                 active[job_id] = job
                 views[job_id] = job.view(speeds.get(job.kind))
-                fresh.add(job_id)
+                fresh.setdefault(job.kind, set()).add(job_id)
                 waiting += 1
                 for name in eligible.get(job_id, ()):
                     waiting_for[name] += 1
@@ -310,7 +311,7 @@ def simulate(
                     pool_free[job.pool] += 1
                 _complete(job, at, _points(point_lists, job.curve, job.speed))
                 speeds.observe(job.kind, job.points)
-                speeds_moved = True
+                moved.add(job.kind)
                 ended.append(job)
                 if job.finish is None and job.stopped:
                     job.finish = at
@@ -330,16 +331,16 @@ def simulate(
                     job.finish = now
                     del active[job_id]
                     del views[job_id]
-                    fresh.discard(job_id)
+                    fresh.get(job.kind, set()).discard(job_id)
                     waiting -= 1
                     for name in eligible.get(job_id, ()):
                         waiting_for[name] -= 1
         if free <= 0 or waiting <= 0:
             continue
-        if speeds_moved:
-            for job_id in fresh:
-                views[job_id] = jobs[job_id].view(speeds.get(jobs[job_id].kind))
-            speeds_moved = False
+        for job_kind in moved:
+            for job_id in fresh.get(job_kind, ()):
+                views[job_id] = jobs[job_id].view(speeds.get(job_kind))
+        moved.clear()
         snapshot = Snapshot(
             now=now, free_slots=free, total_slots=config.slots,
             chunk_seconds=config.chunk_seconds, jobs=list(views.values()),
@@ -378,7 +379,7 @@ def simulate(
                     speed = pool.speedup
             end = _start(job, grant, begin, pool_name, speed)
             views[job.job_id] = job.view()
-            fresh.discard(job.job_id)
+            fresh.get(job.kind, set()).discard(job.job_id)
             if pool_name is not None:
                 result.pool_busy[pool_name] += end - begin
                 result.chunk_log.append((begin, end, pool_name))
