@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Any
 
@@ -14,6 +13,7 @@ from backend.core.leases import Heartbeats, local_slot_id
 from backend.core.pools import SlotInfo, detect_slot, pool_queue
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.settings import get_settings
+from workers.priority import lower_process, lower_session_group
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def _heartbeat_loop() -> None:
 
 @worker_process_init.connect
 def _start_slot(**_: Any) -> None:
-    os.nice(get_settings().worker_nice)
+    lower_process(get_settings().worker_nice)
     _stop.clear()
     threading.Thread(target=_heartbeat_loop, name="slaq-heartbeat", daemon=True).start()
 
@@ -84,10 +84,12 @@ def _stop_heartbeat(**_: Any) -> None:
 
 
 @worker_init.connect
-def _serve_metrics(**_: Any) -> None:
-    """In the worker's main process, before its pool starts: this host's and
+def _start_main_process(**_: Any) -> None:
+    """In the worker's main process, before its pool starts: lower the
+    session's CPU share (:mod:`workers.priority`), then serve this host's and
     pool's figures on WORKER_METRICS_PORT (see :mod:`workers.metrics`)."""
     settings = get_settings()
+    lower_session_group(settings.worker_nice)
     if settings.worker_metrics_port:
         from workers.metrics import serve
 

@@ -65,8 +65,9 @@ class Settings(BaseSettings):
         "many connections, so no request thread ever waits on the pool")
     worker_nice: int = Field(
         10, ge=0, le=19,
-        description="Scheduling niceness of worker processes: on a shared host, training "
-        "yields the CPU to the API and the scheduler, which answer people")
+        description="Scheduling niceness of worker processes (and of a worker's session "
+        "group under Linux autogroup): on a shared host, training yields the CPU to the API "
+        "and the scheduler, which answer people")
     admin_email: str = "admin@example.com"
     admin_password: str = Field(
         "", description="The seeded platform admin's first password; empty means generate "

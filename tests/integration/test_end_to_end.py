@@ -7,15 +7,18 @@ import math
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
+import pytest
 from sqlalchemy import select
 from sqlmodel import col
 
 from backend.core.db import engine_for, session_scope
 from backend.core.leases import Leases
 from backend.core.models import LossRecord
+from backend.core.settings import get_settings
 from tests.utils.portal import Portal
 from tests.utils.waiting import wait_until
 
@@ -191,6 +194,20 @@ def test_pause_resume_cancel(portal: Portal, api: httpx.Client) -> None:
     mismatched = [(i, a, b) for (i, a), (_, b) in zip(points, twin_points, strict=True)
                   if not math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)]
     assert not mismatched, mismatched[:5]
+
+
+def _autogroup_nice(pid: int) -> int:
+    # "/autogroup-123 nice 10"
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+
+
+def test_training_yields_the_cpu_to_the_api(portal: Portal) -> None:
+    if not Path("/proc/self/autogroup").exists():
+        pytest.skip("this kernel has no autogroup scheduling")
+    api, workers = portal.procs["api"].pid, portal.procs["workers"].pid
+    # Each runs in its own session, so only the group's niceness ranks them.
+    assert os.getsid(api) != os.getsid(workers)
+    assert _autogroup_nice(workers) == get_settings().worker_nice > _autogroup_nice(api)
 
 
 def test_sigkilled_worker_loses_nothing(portal: Portal, api: httpx.Client) -> None:
