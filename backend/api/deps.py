@@ -11,18 +11,23 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
 from typing import Annotated, Any, Protocol, TypeVar
 
 import redis
 from fastapi import Depends, HTTPException, Path, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Mapped
 from sqlmodel import Session
 
+from backend.api.callers import callers
 from backend.core.db import get_engine
 from backend.core.models import ApiToken, Role, Tenant, User, as_utc, utcnow
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.redis_keys import RedisKeys
+from backend.core.settings import get_settings
 from backend.security import hash_token
 from backend.services.web_sessions import CSRF_HEADER, SESSION_COOKIE, find_session
 
@@ -84,13 +89,13 @@ def _bearer(request: Request) -> str | None:
     return None
 
 
-def _caller_from_token(session: Session, token: str) -> tuple[User, Tenant]:
-    # One query for token, user and tenant: this runs on every API request.
+def _caller_from_token(session: Session, token_hash: str) -> tuple[User, Tenant, datetime | None]:
+    """User, tenant and token expiry, in one query."""
     row = session.execute(
         select(ApiToken, User, Tenant)
         .join(User, ApiToken.user_id == User.id)  # type: ignore[arg-type]
         .join(Tenant, User.tenant_id == Tenant.id)  # type: ignore[arg-type]
-        .where(ApiToken.token_hash == hash_token(token))  # type: ignore[arg-type]
+        .where(ApiToken.token_hash == token_hash)  # type: ignore[arg-type]
     ).first()
     if row is None:
         raise _BAD_TOKEN
@@ -100,7 +105,7 @@ def _caller_from_token(session: Session, token: str) -> tuple[User, Tenant]:
         api_token.expires_at is not None and as_utc(api_token.expires_at) <= now
     ) or not user.is_active:
         raise _BAD_TOKEN
-    return user, tenant
+    return user, tenant, api_token.expires_at
 
 
 def _user_from_cookie(request: Request, session: Session, cookie: str) -> User:
@@ -117,23 +122,55 @@ def _user_from_cookie(request: Request, session: Session, cookie: str) -> User:
     return user
 
 
-def _caller(request: Request, session: Session) -> tuple[User, Tenant]:
-    token = _bearer(request)
-    if token is not None:
-        return _caller_from_token(session, token)
+def _caller_from_cookie(request: Request, session: Session) -> tuple[User, Tenant]:
     cookie = request.cookies.get(SESSION_COOKIE)
-    if cookie:
-        user = _user_from_cookie(request, session, cookie)
-        tenant = session.get(Tenant, user.tenant_id)
-        if tenant is None:
-            raise _UNAUTHORIZED
-        return user, tenant
-    raise _UNAUTHORIZED
+    if not cookie:
+        raise _UNAUTHORIZED
+    user = _user_from_cookie(request, session, cookie)
+    tenant = session.get(Tenant, user.tenant_id)
+    if tenant is None:
+        raise _UNAUTHORIZED
+    return user, tenant
 
 
-def get_current_user(request: Request, session: SessionDep) -> User:
+@lru_cache(maxsize=4)
+def _epoch_client(url: str) -> redis.Redis:
+    # Read from the event loop, so it must never wait long: a slow Redis makes
+    # the caller be looked up in the database instead.
+    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=0.5,
+                                socket_connect_timeout=0.5)
+
+
+def _auth_epoch() -> str | None:
+    """The current auth epoch; None when Redis cannot say, and then nothing
+    remembered may be trusted. A blocking read on purpose: a local GET costs
+    less than the asyncio client's machinery (measured per request)."""
+    try:
+        value = _epoch_client(get_settings().redis_url).get(get_keys().auth_epoch)
+    except redis.RedisError:
+        return None
+    return str(value or "")
+
+
+async def _caller(request: Request, session: Session) -> tuple[User, Tenant]:
+    token = _bearer(request)
+    if token is None:
+        return await run_in_threadpool(_caller_from_cookie, request, session)
+    token_hash = hash_token(token)
+    epoch = _auth_epoch()
+    if epoch is not None:
+        remembered = callers.get(token_hash, epoch)
+        if remembered is not None:
+            return remembered
+    user, tenant, expires_at = await run_in_threadpool(_caller_from_token, session, token_hash)
+    if epoch is not None:
+        callers.put(token_hash, epoch, user, tenant, expires_at)
+    return user, tenant
+
+
+async def get_current_user(request: Request, session: SessionDep) -> User:
     """The caller, from a bearer API token or a browser session cookie."""
-    return _caller(request, session)[0]
+    return (await _caller(request, session))[0]
 
 
 CurrentUser = Annotated[User, Depends(get_current_user)]
@@ -150,7 +187,8 @@ _Query = TypeVar("_Query", bound=Select[*tuple[Any, ...]])
 @dataclass(frozen=True)
 class TenantScope:
     """Whose data the caller may see: one tenant, or every tenant for a
-    platform admin."""
+    platform admin. ``tenant`` and ``user`` may be shared, remembered rows
+    (:mod:`backend.api.callers`): read them, load a row to change it."""
 
     tenant: Tenant
     user: User
@@ -186,26 +224,40 @@ class TenantScope:
         return row
 
 
-def get_current_tenant(request: Request, session: SessionDep) -> TenantScope:
-    """The caller and their tenant, found together (one dependency, one query)."""
-    user, tenant = _caller(request, session)
+def lookup_caller(request: Request, session: Session) -> TenantScope:
+    """The caller, read from the database now (for blocking code; routes take
+    ``CurrentTenant``)."""
+    token = _bearer(request)
+    if token is None:
+        user, tenant = _caller_from_cookie(request, session)
+    else:
+        user, tenant, _ = _caller_from_token(session, hash_token(token))
+    return TenantScope(tenant=tenant, user=user)
+
+
+async def get_current_tenant(request: Request, session: SessionDep) -> TenantScope:
+    """The caller and their tenant, found together (one dependency, at most one
+    query; none for a bearer token this process remembers, see
+    :mod:`backend.api.callers`)."""
+    user, tenant = await _caller(request, session)
     return TenantScope(tenant=tenant, user=user)
 
 
 CurrentTenant = Annotated[TenantScope, Depends(get_current_tenant)]
 
 
-def require_tenant_admin(scope: CurrentTenant) -> TenantScope:
+async def require_tenant_admin(scope: CurrentTenant) -> TenantScope:
     if scope.user.role not in (Role.tenant_admin, Role.platform_admin):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "tenant admins only")
     return scope
 
 
-def require_platform_admin(scope: CurrentTenant) -> TenantScope:
+async def require_platform_admin(scope: CurrentTenant) -> TenantScope:
     if not scope.is_platform_admin:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "platform admins only")
     return scope
 
 
+# Async: a check this small is not worth a thread-pool hop.
 TenantAdmin = Annotated[TenantScope, Depends(require_tenant_admin)]
 PlatformAdmin = Annotated[TenantScope, Depends(require_platform_admin)]

@@ -49,7 +49,7 @@ from sqlmodel import Session, col
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from backend.api.deps import SessionDep, get_current_tenant
+from backend.api.deps import SessionDep, lookup_caller
 from backend.core import metrics_store as store
 from backend.core.leases import Heartbeats, Leases
 from backend.core.models import Job, JobStatus, Tenant, WorkerPool, as_utc, utcnow
@@ -340,7 +340,7 @@ def authorize(request: Request, session: Session) -> None:
     if token is None and not request.cookies.get(SESSION_COOKIE):
         raise _NO_CREDENTIALS
     try:
-        scope = get_current_tenant(request, session)
+        scope = lookup_caller(request, session)
     except HTTPException as refused:
         if refused.status_code == status.HTTP_401_UNAUTHORIZED and token is not None:
             raise _WRONG_TOKEN from None

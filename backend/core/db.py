@@ -27,7 +27,10 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_engine(url: str) -> Engine:
+    from backend.core.auth_epoch import watch_sessions
     from backend.core.settings import get_settings
+
+    watch_sessions()  # every process that writes accounts tells the API processes
 
     # The API lets at most ``api_threads`` requests in at once
     # (backend.api.request_limit) and each holds at most one connection, so a

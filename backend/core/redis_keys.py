@@ -92,6 +92,14 @@ class RedisKeys:
         return f"{self.prefix}:signin-failures:{kind}:{digest}:wait"
 
     @property
+    def auth_epoch(self) -> str:
+        """String: a random value replaced whenever an account, API token or
+        tenant changes; API processes drop the callers they remember once it
+        differs (:mod:`backend.core.auth_epoch`). Random, not a counter, so a
+        wiped and re-made key never repeats an old value."""
+        return f"{self.prefix}:auth-epoch"
+
+    @property
     def scheduler_status(self) -> str:
         """Hash: the last round's time, policy, slots and queue length (cluster page),
         and ``owner``, the lock token of the scheduler that ran it."""

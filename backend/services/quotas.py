@@ -64,7 +64,9 @@ def lock_tenant(*, session: Session, tenant_id: int) -> None:
 def check_submission(*, session: Session, tenant: Tenant, count: int = 1) -> None:
     """Raise QuotaExceeded if ``count`` more queued jobs would break a quota.
     Call after :func:`lock_tenant`, in the same transaction as the insert."""
-    session.refresh(tenant)  # an admin may have just changed the quotas
+    # The caller's tenant may be a remembered copy (backend.api.callers): the
+    # quotas are read from the row this transaction has locked.
+    tenant = session.get(Tenant, tenant.id, populate_existing=True) or tenant
     usage = tenant_usage(session=session, tenant_id=tenant.id or 0)
     if count > 1:
         _check_many(tenant, usage, count)
