@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from sqlmodel import col
 
 from backend.api.deps import CurrentTenant, DbId, KeysDep, Offset, RedisDep, SessionDep
+from backend.api.one_hop import json_in_one_hop
 from backend.core.fits import read_fit
 from backend.core.models import Decision, Job, JobStatus
 from backend.core.notify import publish_job_event, wake_scheduler
@@ -68,6 +69,7 @@ def _public(job: Job, info: dict[int, dict[str, Any]]) -> JobPublic:
 
 
 @router.get("", response_model=Page[JobPublic])
+@json_in_one_hop
 def list_jobs(
     session: SessionDep,
     scope: CurrentTenant,
@@ -96,6 +98,7 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic)
+@json_in_one_hop
 def get_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: RedisDep,
             keys: KeysDep) -> JobPublic:
     """One job: status, progress, losses, timing; for a waiting job, its place in
@@ -105,6 +108,7 @@ def get_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: Red
 
 
 @router.get("/{job_id}/losses", response_model=LossHistory)
+@json_in_one_hop
 def get_losses(job_id: DbId, session: SessionDep, scope: CurrentTenant,
                max_points: Annotated[int, Query(ge=10, le=100_000)] = 2000) -> LossHistory:
     """Loss history, downsampled to at most ``max_points`` points."""
