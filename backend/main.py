@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import plotly
@@ -35,13 +38,24 @@ from backend.api.request_limit import ConcurrencyLimit
 from backend.core.settings import get_settings
 from backend.services.quotas import QuotaExceeded
 from backend.services.specs import SpecErrors
+from workers.trainers.registry import trainers
 
 FRONTEND_DIR = Path(__file__).resolve().parent.parent / "frontend"
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
+@asynccontextmanager
+async def _lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    # The trainer catalogue imports PyTorch (seconds). Loaded on first use, it
+    # made the first submissions to each API process wait for it, several
+    # threads at once; loaded beside startup, no request pays for it.
+    threading.Thread(target=trainers, name="slaq-warm-catalogue", daemon=True).start()
+    yield
+
+
 def create_app() -> FastAPI:
     app = FastAPI(
+        lifespan=_lifespan,
         title="SLAQ portal",
         version="1",
         # Served by backend.api.docs from local files: the defaults load a CDN.
