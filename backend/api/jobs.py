@@ -25,7 +25,6 @@ from backend.schemas import (
     Prediction,
 )
 from backend.services import jobs as job_service
-from backend.services.job_explanation import explain_job
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -56,16 +55,7 @@ def _waiting_info(client: RedisDep, keys: KeysDep, jobs: list[Job]) -> dict[int,
 
 
 def _public(job: Job, info: dict[int, dict[str, Any]]) -> JobPublic:
-    entry = info.get(job.id or 0)
-    public = job_service.to_public(job)
-    if entry is not None:
-        public.queue_position = int(entry["position"])
-        public.scheduler_reason = str(entry["reason"])
-        public.predicted_gain = entry.get("predicted_gain")
-        public.explanation = explain_job(status=job.status, end_reason=job.end_reason,
-                                         error=job.error, last_reason=job.last_reason,
-                                         waiting=entry)
-    return public
+    return job_service.to_public(job, info.get(job.id or 0))
 
 
 @router.get("", response_model=Page[JobPublic])

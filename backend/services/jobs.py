@@ -174,7 +174,9 @@ def change_state(*, session: Session, job: Job, action: str) -> Job:
     raise JobStateError(f"job {job.id} kept changing; try again")
 
 
-def to_public(job: Job) -> JobPublic:
+def to_public(job: Job, waiting: dict[str, Any] | None = None) -> JobPublic:
+    """The job as the API shows it; ``waiting`` is the scheduler's published
+    entry for a queued job, which the explanation and queue fields use."""
     elapsed = job.attained_seconds
     return JobPublic(
         id=job.id or 0,
@@ -201,8 +203,9 @@ def to_public(job: Job) -> JobPublic:
         chunks_run=job.chunks_run,
         end_reason=job.end_reason,
         error=job.error,
-        scheduler_reason=job.last_reason,
-        predicted_gain=job.predicted_gain,
+        scheduler_reason=str(waiting["reason"]) if waiting else job.last_reason,
+        predicted_gain=waiting.get("predicted_gain") if waiting else job.predicted_gain,
+        queue_position=int(waiting["position"]) if waiting else None,
         eval_every=job.eval_every,
         quality_metric=job.quality_metric,
         requirements=public_requirements(job),
@@ -210,7 +213,7 @@ def to_public(job: Job) -> JobPublic:
         last_eval=last_eval_metrics(job),
         last_eval_iteration=last_eval_iteration(job),
         explanation=explain_job(status=job.status, end_reason=job.end_reason, error=job.error,
-                                last_reason=job.last_reason, waiting=None),
+                                last_reason=job.last_reason, waiting=waiting),
         experiment_id=job.experiment_id,
         stopped_early=job.stopped_early,
         trainer_output=job.trainer_output,
