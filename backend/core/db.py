@@ -26,6 +26,9 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.close()
 
 
+STREAM_OVERFLOW = 10
+
+
 def make_engine(url: str) -> Engine:
     from backend.core.auth_epoch import watch_sessions
     from backend.core.settings import get_settings
@@ -34,9 +37,11 @@ def make_engine(url: str) -> Engine:
 
     # The API lets at most ``api_threads`` requests in at once
     # (backend.api.request_limit) and each holds at most one connection, so a
-    # pool that large never makes a request wait for a connection.
+    # pool that large never makes a request wait for a connection. Live
+    # streams are not counted there and read briefly: they take the overflow.
     size = get_settings().api_threads
-    pool = {"pool_size": min(size, 10), "max_overflow": max(size - 10, 0), "pool_timeout": 10}
+    pool = {"pool_size": min(size, 10), "max_overflow": max(size - 10, 0) + STREAM_OVERFLOW,
+            "pool_timeout": 10}
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":

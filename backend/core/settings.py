@@ -60,11 +60,12 @@ class Settings(BaseSettings):
         1, ge=1, le=64,
         description="API server processes; each has its own threads and database pool")
     api_threads: int = Field(
-        16, ge=1, le=1000,
+        4, ge=1, le=1000,
         description="Requests one API process runs at once (on as many threads); more wait "
         "their turn in the event loop. The database pool holds as many connections, so no "
-        "request waits on the pool. The work is mostly Python under one lock: 16 left the "
-        "2-core benchmark host faster than 40 (tests/bench/api_load.py)")
+        "request waits on the pool. The work is mostly Python under one lock, and every "
+        "thread beyond a few adds CPU per request (a 20-job list: 5.5 ms alone, 7.8 ms with "
+        "4 threads, 11.6 ms with 16); scale with API_PROCESSES instead")
     worker_nice: int = Field(
         10, ge=0, le=19,
         description="Scheduling niceness of worker processes (and of a worker's session "
