@@ -10,7 +10,15 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlalchemy import func, select
 from sqlmodel import col
 
-from backend.api.deps import CurrentTenant, DbId, KeysDep, Offset, RedisDep, SessionDep
+from backend.api.deps import (
+    CurrentTenant,
+    DbId,
+    KeysDep,
+    Offset,
+    ReadSessionDep,
+    RedisDep,
+    SessionDep,
+)
 from backend.api.one_hop import json_in_one_hop
 from backend.core.fits import read_fit
 from backend.core.models import Decision, Job, JobStatus
@@ -61,7 +69,7 @@ def _public(job: Job, info: dict[int, dict[str, Any]]) -> JobPublic:
 @router.get("", response_model=Page[JobPublic])
 @json_in_one_hop
 def list_jobs(
-    session: SessionDep,
+    session: ReadSessionDep,
     scope: CurrentTenant,
     client: RedisDep,
     keys: KeysDep,
@@ -89,7 +97,7 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=JobPublic)
 @json_in_one_hop
-def get_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: RedisDep,
+def get_job(job_id: DbId, session: ReadSessionDep, scope: CurrentTenant, client: RedisDep,
             keys: KeysDep) -> JobPublic:
     """One job: status, progress, losses, timing; for a waiting job, its place in
     the queue and the scheduler's reason and predicted gain."""
@@ -99,7 +107,7 @@ def get_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: Red
 
 @router.get("/{job_id}/losses", response_model=LossHistory)
 @json_in_one_hop
-def get_losses(job_id: DbId, session: SessionDep, scope: CurrentTenant,
+def get_losses(job_id: DbId, session: ReadSessionDep, scope: CurrentTenant,
                max_points: Annotated[int, Query(ge=10, le=100_000)] = 2000) -> LossHistory:
     """Loss history, downsampled to at most ``max_points`` points."""
     job = scope.get_owned(session, Job, job_id)
