@@ -78,9 +78,6 @@ class CallerCache:
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
-    def clear(self) -> None:
-        self._entries.clear()
-
 
 callers = CallerCache()
 """This process's cache. Only the event loop's thread touches it."""

@@ -26,7 +26,7 @@ from sqlmodel import Session
 from backend.api.callers import callers
 from backend.core.db import get_engine
 from backend.core.models import ApiToken, Role, Tenant, User, as_utc, utcnow
-from backend.core.redis_conn import get_keys, get_redis
+from backend.core.redis_conn import get_keys, get_redis, quick_client_for
 from backend.core.redis_keys import RedisKeys
 from backend.core.settings import get_settings
 from backend.security import hash_token
@@ -151,20 +151,14 @@ def _caller_from_cookie(request: Request, session: Session) -> tuple[User, Tenan
     return user, tenant
 
 
-@lru_cache(maxsize=4)
-def _epoch_client(url: str) -> redis.Redis:
-    # Read from the event loop, so it must never wait long: a slow Redis makes
-    # the caller be looked up in the database instead.
-    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=0.5,
-                                socket_connect_timeout=0.5)
-
-
 def _auth_epoch() -> str | None:
     """The current auth epoch; None when Redis cannot say, and then nothing
     remembered may be trusted. A blocking read on purpose: a local GET costs
     less than the asyncio client's machinery (measured per request)."""
     try:
-        value = _epoch_client(get_settings().redis_url).get(get_keys().auth_epoch)
+        # From the event loop, so never a long wait: a slow Redis sends the
+        # caller to the database instead.
+        value = quick_client_for(get_settings().redis_url).get(get_keys().auth_epoch)
     except redis.RedisError:
         return None
     return str(value or "")
@@ -264,6 +258,7 @@ async def get_current_tenant(request: Request, session: SessionDep) -> TenantSco
 CurrentTenant = Annotated[TenantScope, Depends(get_current_tenant)]
 
 
+# Async: a check this small is not worth a thread-pool hop.
 async def require_tenant_admin(scope: CurrentTenant) -> TenantScope:
     if scope.user.role not in (Role.tenant_admin, Role.platform_admin):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "tenant admins only")
@@ -276,6 +271,5 @@ async def require_platform_admin(scope: CurrentTenant) -> TenantScope:
     return scope
 
 
-# Async: a check this small is not worth a thread-pool hop.
 TenantAdmin = Annotated[TenantScope, Depends(require_tenant_admin)]
 PlatformAdmin = Annotated[TenantScope, Depends(require_platform_admin)]

@@ -22,6 +22,14 @@ def client_for(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
 
 
+@lru_cache(maxsize=8)
+def quick_client_for(url: str) -> redis.Redis:
+    """A client whose commands give up after half a second: for reads made
+    where waiting would stall others (the API's event loop)."""
+    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=0.5,
+                                socket_connect_timeout=0.5)
+
+
 def get_redis() -> redis.Redis:
     return client_for(get_settings().redis_url)
 
