@@ -35,6 +35,7 @@ from backend.api import (
 from backend.api.body_guard import JsonBodyGuard, json_safe
 from backend.api.metrics import RequestMetrics
 from backend.api.request_limit import ConcurrencyLimit
+from backend.core.heap import freeze_startup_heap, relax_collector
 from backend.core.settings import get_settings
 from backend.services.quotas import QuotaExceeded
 from backend.services.specs import SpecErrors
@@ -44,12 +45,18 @@ FRONTEND_DIR = Path(__file__).resolve().parent.parent / "frontend"
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
+def _warm_up() -> None:
+    trainers()
+    freeze_startup_heap()
+
+
 @asynccontextmanager
 async def _lifespan(_app: FastAPI) -> AsyncIterator[None]:
     # The trainer catalogue imports PyTorch (seconds). Loaded on first use, it
     # made the first submissions to each API process wait for it, several
     # threads at once; loaded beside startup, no request pays for it.
-    threading.Thread(target=trainers, name="slaq-warm-catalogue", daemon=True).start()
+    relax_collector()
+    threading.Thread(target=_warm_up, name="slaq-warm-catalogue", daemon=True).start()
     yield
 
 

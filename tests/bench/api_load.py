@@ -18,6 +18,11 @@ portal, so absolute figures are lower than on a dedicated client host;
 compare within one run. aiohttp rather than httpx: httpx's connection pool
 costs the generator several milliseconds of CPU per request at 200
 connections, CPU the portal under test then lacks.
+
+Each run also prints where the machine's CPU went, in milliseconds per
+completed request: the API processes, the scheduler, the workers, the load
+generator itself, and the database and Redis servers. A drop in throughput
+from 20 to 200 clients shows there as the part that grew.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+import psutil
 
 from tests.utils.portal import Portal, make_user_token, start_portal
 from tests.utils.services import BENCH_REDIS_DB, database, test_redis
@@ -43,6 +49,55 @@ SUBMIT_SHARE = 0.03
 LONG_JOB = {"algorithm": "logistic_regression", "dataset": "digits",
             "params": {"learning_rate": 0.01},
             "stopping": {"max_iterations": 500_000, "tolerance": None}}
+
+
+def _process_tree(root: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _servers(names: tuple[str, ...]) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["name"]) if p.info["name"] in names]
+
+
+class CpuMeter:
+    """CPU seconds used by each part of the machine during one run."""
+
+    def __init__(self, portal: Portal) -> None:
+        self.portal = portal
+
+    def _groups(self) -> dict[str, list[psutil.Process]]:
+        groups: dict[str, list[psutil.Process]] = {}
+        for name, popen in self.portal.procs.items():
+            part = "workers" if name.startswith("worker") else name
+            groups.setdefault(part, []).extend(_process_tree(psutil.Process(popen.pid)))
+        groups["load generator"] = [psutil.Process()]
+        groups["database"] = _servers(("postgres",))
+        groups["redis"] = _servers(("redis-server",))
+        return groups
+
+    def sample(self) -> dict[tuple[str, int], float]:
+        out: dict[tuple[str, int], float] = {}
+        for part, processes in self._groups().items():
+            for process in processes:
+                try:
+                    times = process.cpu_times()
+                except psutil.NoSuchProcess:
+                    continue
+                out[(part, process.pid)] = times.user + times.system
+        return out
+
+    @staticmethod
+    def spent(before: dict[tuple[str, int], float],
+              after: dict[tuple[str, int], float]) -> dict[str, float]:
+        """CPU seconds per part between two samples; a process that started
+        in between counts from zero, one that ended is left out."""
+        out: dict[str, float] = {}
+        for (part, pid), seconds in after.items():
+            out[part] = out.get(part, 0.0) + seconds - before.get((part, pid), 0.0)
+        return out
 
 
 def _percentiles_ms(latencies: list[float]) -> list[float]:
@@ -57,6 +112,7 @@ class Stats:
     errors: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     by_kind: dict[str, list[float]] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
 
     def add(self, kind: str, seconds: float) -> None:
         self.latencies.append(seconds)
@@ -73,7 +129,14 @@ class Stats:
         return (f"{name:>10}  {n / self.seconds:7.1f} req/s  p50 {ms[0]:6.0f} ms  "
                 f"p95 {ms[1]:6.0f} ms  p99 {ms[2]:6.0f} ms  requests {n:6d}  "
                 f"errors {sum(self.errors.values())} {dict(self.errors) or ''}\n"
-                f"{'':>12}by route (ms): {kinds}")
+                f"{'':>12}by route (ms): {kinds}\n"
+                f"{'':>12}CPU ms per request: {self._cpu_line(n)}")
+
+    def _cpu_line(self, requests: int) -> str:
+        parts = sorted(self.cpu.items(), key=lambda item: -item[1])
+        total, cores = sum(self.cpu.values()), psutil.cpu_count() or 1
+        return "  ".join([f"{part} {1000 * seconds / requests:.1f}" for part, seconds in parts]
+                         + [f"(machine busy {100 * total / self.seconds / cores:.0f}%)"])
 
 
 async def _one_request(api: aiohttp.ClientSession, job_ids: list[int],
@@ -144,10 +207,13 @@ def bench_portal(portal: Portal, db_url: str, seconds: float) -> dict[str, Stats
             response.raise_for_status()
             job_ids.append(response.json()["id"])
     results: dict[str, Stats] = {}
+    meter = CpuMeter(portal)
     for name, clients, pause in (("paced-200", 200, 1.0), ("max-20", 20, 0.0),
                                  ("max-200", 200, 0.0)):
+        before = meter.sample()
         results[name] = asyncio.run(_run(portal.base_url, token, job_ids, clients, pause,
                                          seconds))
+        results[name].cpu = meter.spent(before, meter.sample())
         print(results[name].line(name), flush=True)
     return results
 
