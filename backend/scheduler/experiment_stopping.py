@@ -9,6 +9,10 @@ which to stop. A stopped job is paused (so it keeps its checkpoint, frees its
 slot once its chunk in flight ends, and resumes by hand with the normal
 resume route), flagged ``stopped_early`` with the reason as its
 ``end_reason``, and the stop is written to the decision log.
+
+The same predictions are kept as :attr:`ExperimentStopper.standings` for
+:func:`backend.scheduling.experiment_focus.focus`: the slots the policy gives
+a predictive experiment go to its best-predicted configurations.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from backend.core.models import (
 from backend.core.notify import publish_job_event
 from backend.core.redis_keys import RedisKeys
 from backend.scheduling.early_stopping import RuleConfig, Stop, Trial, decide, predict_final
+from backend.scheduling.experiment_focus import Standing, standings
 from backend.scheduling.predictor import LossPredictor
 
 log = logging.getLogger(__name__)
@@ -68,6 +73,9 @@ class ExperimentStopper:
         # job id -> its objective series so far (read incrementally).
         self._series: dict[int, list[tuple[int, float]]] = {}
         self._metric: dict[int, str] = {}
+        self.standings: dict[int, Standing] = {}
+        """Predicted final objective of each waiting or running job of a
+        predictive experiment, as of the last run."""
 
     def run(self, session: Session) -> list[int]:
         """Apply every rule once; the ids of the jobs stopped."""
@@ -83,7 +91,9 @@ class ExperimentStopper:
             if self._series:
                 self._series.clear()
                 self._metric.clear()
+            self.standings = {}
             return []
+        fresh: dict[int, Standing] = {}
         stopped: list[int] = []
         seen_jobs: set[int] = set()
         for experiment_id, spec in session.execute(
@@ -93,17 +103,18 @@ class ExperimentStopper:
             if config is None:
                 continue
             try:
-                stopped += self._apply(session, int(experiment_id), config, seen_jobs)
+                stopped += self._apply(session, int(experiment_id), config, seen_jobs, fresh)
             except Exception:  # noqa: BLE001 - one bad experiment must not stop scheduling
                 session.rollback()
                 log.exception("early stopping of experiment %s failed", experiment_id)
         for job_id in [j for j in self._series if j not in seen_jobs]:
             self._series.pop(job_id, None)
             self._metric.pop(job_id, None)
+        self.standings = {j: s for j, s in fresh.items() if j not in stopped}
         return stopped
 
     def _apply(self, session: Session, experiment_id: int, config: RuleConfig,
-               seen_jobs: set[int]) -> list[int]:
+               seen_jobs: set[int], fresh: dict[int, Standing]) -> list[int]:
         rows = session.execute(
             select(col(Job.id), col(Job.status), col(Job.iterations_done),
                    col(Job.max_iterations), col(Job.stopped_early))
@@ -121,6 +132,7 @@ class ExperimentStopper:
             trials.append(Trial(job_id=job_id, iterations_done=int(done),
                                 max_iterations=int(most), points=tuple(points),
                                 final=final, stoppable=stoppable))
+        fresh.update(standings(experiment_id, config, {t.job_id: t.final for t in trials}))
         return [stop.job_id for stop in decide(trials, config)
                 if self._stop(session, stop, config)]
 

@@ -43,6 +43,7 @@ from backend.scheduler.metrics import observe_reclaimed, observe_round
 from backend.scheduler.pools import PoolRegistry
 from backend.scheduler.state import JobState
 from backend.scheduling.allocation import Rejected, chunk_iterations, split_grants
+from backend.scheduling.experiment_focus import focus
 from backend.scheduling.explain import (
     MetricNamedPolicy,
     WaitKind,
@@ -194,7 +195,8 @@ class Scheduler:
                 # Ranked beyond the free slots: the top jobs may all need a pool
                 # with no free slot, and the next ones can use the slots there are.
                 asked = snapshot.free_slots + BACKLOG_LENGTH + self._pool_bound(snapshot)
-                ranking = policy.allocate(replace(snapshot, free_slots=asked))
+                ranking = self._focused(snapshot, policy.allocate(replace(snapshot,
+                                                                          free_slots=asked)))
                 more, dropped = self._grant(session, snapshot, ranking, name, asked)
                 dispatched += more
                 rejected += dropped
@@ -207,7 +209,8 @@ class Scheduler:
             dispatched = early + dispatched
             # Re-rank after dispatch, off the grant's path: the next few grants
             # the policy would make are the backlog the next freed slot takes.
-            self._backlog = policy.allocate(replace(snapshot, free_slots=BACKLOG_LENGTH))
+            self._backlog = self._focused(
+                snapshot, policy.allocate(replace(snapshot, free_slots=BACKLOG_LENGTH)))
             self._backlog_basis = (name, tenants, self.state.arrivals)
             self._explain(policy, snapshot, {g.job_id for g in dispatched})
             if self.may_grant():
@@ -222,6 +225,11 @@ class Scheduler:
         observe_round(self.redis, self.keys, began, granted_ms, dispatched, rejected)
         return RoundResult(name, slots, free, len(self.state.rows), dispatched, reclaimed,
                            rejected)
+
+    def _focused(self, snapshot: Snapshot, ranking: list[Grant]) -> list[Grant]:
+        """The policy's ranking with each predictive experiment's slots handed
+        to its best-predicted configurations (:mod:`backend.scheduling.experiment_focus`)."""
+        return focus(snapshot, ranking, self.stopper.standings)
 
     @staticmethod
     def _tenants(session: Session) -> dict[int, TenantView]:

@@ -43,7 +43,7 @@ from backend.scheduling.simulator import SimConfig, SimJob, SimResult, build_pol
 from backend.scheduling.trace import Trace, load_trace
 from backend.scheduling.workload import Arrival, generate_workload
 from backend.simulation.cli import STANDARD_TRACE, SWEEP_TRACES
-from backend.simulation.sweep_stopping import SweepStopper
+from backend.simulation.sweep_stopping import FocusedPolicy, SweepStopper
 
 SMOOTH = 20
 WITHIN = 0.01
@@ -120,6 +120,8 @@ def run(case: Case, label: str, policy_name: str, rule: str) -> dict[str, float]
     trace, arrivals, n = workload(case, sweep, background)
     stopper = None if rule == "none" else SweepStopper(RuleConfig(rule=rule), range(n))
     policy = build_policy(policy_name, trace, arrivals)
+    if stopper is not None:
+        policy = FocusedPolicy(policy, stopper)  # focus acts for predictive rules only
     result = simulate(policy, trace, arrivals, SimConfig(slots=case.slots), stopper=stopper)
     experiment, others = result.jobs[:n], result.jobs[n:]
     best_id, target = best_final(sweep)

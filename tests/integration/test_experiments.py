@@ -213,6 +213,43 @@ def test_predictive_stopping_stops_a_hopeless_configuration(sweep_portal: Portal
         assert resumed["status"] in ("queued", "running") and resumed["stopped_early"]
 
 
+# Grants from the scheduler's backlog carry a prefix saying so.
+FOCUS = re.compile(r"^(?:from backlog: )?experiment focus: predicted final val_loss (\S+), "
+                   r".* job (\d+) \(predicted final val_loss (\S+)\)$")
+
+
+def test_a_predictive_experiments_slots_go_to_its_best_predicted_configurations(
+        sweep_portal: Portal) -> None:
+    # top_k as large as the sweep: nothing can be stopped, so every grant the
+    # focus moves stays visible in the decision log.
+    rates = [1e-5, 1e-3, 0.05, 0.1]
+    with _client(sweep_portal, "focus") as api, _running(api, _sweep(
+            name="focus", params={"hidden_units": 16},
+            space={"learning_rate": {"type": "choice", "values": rates}},
+            stopping={"max_iterations": LONG, "tolerance": None}, eval_every=10,
+            early_stopping={"rule": "predictive", "top_k": len(rates),
+                            "min_iterations": 50})) as body:
+        jobs = [c["job_id"] for c in body["configurations"]]
+
+        def focused() -> list[tuple[int, re.Match[str]]]:
+            found = []
+            for job in jobs:
+                for decision in api.get(f"/api/v1/jobs/{job}/decisions").json():
+                    match = FOCUS.match(decision["reason"])
+                    if match:
+                        found.append((job, match))
+            return found
+
+        moved = wait_until(focused, 150, "a grant moved by the experiment focus", interval=1)
+        for job, match in moved:
+            chosen, ranked, ranked_final = float(match[1]), int(match[2]), float(match[3])
+            assert ranked in jobs and ranked != job, "moved within the experiment"
+            # Lower val_loss is better: the slot went to the better prediction.
+            assert chosen <= ranked_final
+        got = api.get(f"/api/v1/experiments/{body['id']}").json()
+        assert not any(j["stopped_early"] for j in got["jobs"])
+
+
 def test_slaq_sweep_submits_a_spec_file(sweep_portal: Portal, tmp_path: Path) -> None:
     token = make_user_token(sweep_portal.db_url, tenant="cli-sweep", email="c@cli.test",
                             max_slots=0)

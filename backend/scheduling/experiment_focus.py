@@ -1,0 +1,98 @@
+"""Which of an experiment's configurations uses the slots the policy gave it (pure).
+
+The policy decides how many slots an experiment's jobs get, next to every
+other job of every tenant, by predicted gain. But an experiment is after one
+thing: its best configuration, as soon as possible. So when an experiment
+asked for predictive early stopping, each slot the policy granted to one of
+its jobs goes to its waiting configuration with the best predicted final
+objective instead (the same prediction the stopping rule judges by). The
+experiment gets no more slots than before, and no other job gets fewer;
+only the order inside the experiment changes. Jobs without a prediction yet
+(their first chunks) keep their grants, so every configuration is measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from backend.scheduling.allocation import chunk_iterations
+from backend.scheduling.early_stopping import RuleConfig
+from backend.scheduling.types import Grant, JobView, Snapshot
+
+
+@dataclass(frozen=True)
+class Standing:
+    """An experiment job's predicted final objective: ``score`` lower is
+    better (a maximised metric negated); ``text`` says it in the metric's
+    own words for the grant's reason."""
+
+    experiment_id: int
+    score: float
+    text: str
+
+
+def standings(experiment_id: int, config: RuleConfig,
+              finals: Mapping[int, tuple[float, float, float] | None]) -> dict[int, Standing]:
+    """Standings of an experiment's jobs from their predicted finals ``(mean,
+    low, high)``; none unless the experiment asked for predictive stopping."""
+    if config.rule != "predictive":
+        return {}
+    sign = -1.0 if config.maximise else 1.0
+    return {job_id: Standing(experiment_id, sign * final[0],
+                             f"predicted final {config.metric} {final[0]:.3g}")
+            for job_id, final in finals.items() if final is not None}
+
+
+def focus(snapshot: Snapshot, grants: Sequence[Grant],
+          standings: Mapping[int, Standing]) -> list[Grant]:
+    """``grants`` with each grant to a job that has a standing handed to the
+    best-standing waiting job of the same experiment with the same
+    requirements (itself, if it is that job). Order and length are kept."""
+    if not standings or not grants:
+        return list(grants)
+    views = {job.job_id: job for job in snapshot.jobs}
+    positions = [i for i, grant in enumerate(grants) if grant.job_id in standings]
+    if not positions:
+        return list(grants)
+    taken = set(positions)
+    held = {grant.job_id for i, grant in enumerate(grants) if i not in taken}
+    # Candidates: waiting jobs with a standing that no other grant names.
+    by_experiment: dict[int, list[JobView]] = {}
+    for job_id, standing in standings.items():
+        job = views.get(job_id)
+        if job is not None and not job.running and job.remaining_iterations > 0 \
+                and job_id not in held:
+            by_experiment.setdefault(standing.experiment_id, []).append(job)
+    for candidates in by_experiment.values():
+        candidates.sort(key=lambda job: (standings[job.job_id].score, job.job_id))
+    out = list(grants)
+    for i in positions:
+        granted = views.get(grants[i].job_id)
+        standing = standings[grants[i].job_id]
+        candidates = by_experiment.get(standing.experiment_id, [])
+        # Never None: within one requirement class there are at least as many
+        # candidates as positions, each position's own job among them.
+        pick = _first_alike(candidates, granted)
+        if pick is None:
+            continue
+        candidates.remove(pick)
+        if pick.job_id == grants[i].job_id:
+            continue
+        out[i] = replace(grants[i], job_id=pick.job_id,
+                         iterations=chunk_iterations(snapshot, pick), predicted_gain=None,
+                         reason=_reason(standings[pick.job_id], grants[i].job_id, standing))
+    return out
+
+
+def _first_alike(candidates: list[JobView], granted: JobView | None) -> JobView | None:
+    """The first candidate that can run wherever the granted job could."""
+    if granted is None:
+        return None
+    return next((job for job in candidates if job.requirements == granted.requirements), None)
+
+
+def _reason(standing: Standing, ranked: int, instead: Standing) -> str:
+    return (f"experiment focus: {standing.text}, the best of its experiment's waiting "
+            f"configurations; the policy gave this slot to the experiment's job {ranked} "
+            f"({instead.text})")
