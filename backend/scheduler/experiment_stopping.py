@@ -10,9 +10,9 @@ slot once its chunk in flight ends, and resumes by hand with the normal
 resume route), flagged ``stopped_early`` with the reason as its
 ``end_reason``, and the stop is written to the decision log.
 
-The same predictions are kept as :attr:`ExperimentStopper.standings` for
-:func:`backend.scheduling.experiment_focus.focus`: the slots the policy gives
-a predictive experiment go to its best-predicted configurations.
+Each job's place in its experiment is kept as :attr:`ExperimentStopper.standings`
+for :func:`backend.scheduling.experiment_focus.focus`: the slots the policy
+gives a predictive experiment go to its leading configurations.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ class ExperimentStopper:
         self._series: dict[int, list[tuple[int, float]]] = {}
         self._metric: dict[int, str] = {}
         self.standings: dict[int, Standing] = {}
-        """Predicted final objective of each waiting or running job of a
-        predictive experiment, as of the last run."""
+        """Each waiting or running job of a predictive experiment, by its
+        latest objective, as of the last run."""
 
     def run(self, session: Session) -> list[int]:
         """Apply every rule once; the ids of the jobs stopped."""
@@ -132,7 +132,7 @@ class ExperimentStopper:
             trials.append(Trial(job_id=job_id, iterations_done=int(done),
                                 max_iterations=int(most), points=tuple(points),
                                 final=final, stoppable=stoppable))
-        fresh.update(standings(experiment_id, config, {t.job_id: t.final for t in trials}))
+        fresh.update(standings(experiment_id, config, trials))
         return [stop.job_id for stop in decide(trials, config)
                 if self._stop(session, stop, config)]
 

@@ -34,6 +34,7 @@ class SweepStopper:
         self.finals: dict[int, tuple[float, float, float] | None] = {}
         self.series: dict[int, tuple[tuple[int, float], ...]] = {}
         self.stopped: list[int] = []
+        self.trials: list[Trial] = []
 
     def __call__(self, now: float, active: Mapping[int, SimJob],
                  ended: Sequence[SimJob]) -> list[int]:
@@ -52,6 +53,7 @@ class SweepStopper:
                         points=self.series[i], final=self.finals.get(i),
                         stoppable=j.finish is None and not j.stopped)
                   for i, j in self.jobs.items() if i in self.series]
+        self.trials = trials
         stops = [s.job_id for s in decide(trials, self.config)
                  if s.job_id in active and not active[s.job_id].stopped]
         self.stopped += stops
@@ -61,7 +63,7 @@ class SweepStopper:
     def standings(self) -> dict[int, Standing]:
         """The experiment's jobs' standings for :func:`focus`, as the live
         scheduler keeps them (experiment id 0)."""
-        return standings(0, self.config, self.finals)
+        return standings(0, self.config, self.trials)
 
 
 class FocusedPolicy:

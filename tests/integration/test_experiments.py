@@ -214,11 +214,12 @@ def test_predictive_stopping_stops_a_hopeless_configuration(sweep_portal: Portal
 
 
 # Grants from the scheduler's backlog carry a prefix saying so.
-FOCUS = re.compile(r"^(?:from backlog: )?experiment focus: predicted final val_loss (\S+), "
-                   r".* job (\d+) \(predicted final val_loss (\S+)\)$")
+FOCUS = re.compile(r"^(?:from backlog: )?experiment focus: its latest val_loss (\S+) "
+                   r"\(iteration \d+\), .* job (\d+) \(its latest val_loss (\S+) "
+                   r"\(iteration \d+\)\)$")
 
 
-def test_a_predictive_experiments_slots_go_to_its_best_predicted_configurations(
+def test_a_predictive_experiments_slots_go_to_its_leading_configurations(
         sweep_portal: Portal) -> None:
     # top_k as large as the sweep: nothing can be stopped, so every grant the
     # focus moves stays visible in the decision log.
@@ -244,7 +245,7 @@ def test_a_predictive_experiments_slots_go_to_its_best_predicted_configurations(
         for job, match in moved:
             chosen, ranked, ranked_final = float(match[1]), int(match[2]), float(match[3])
             assert ranked in jobs and ranked != job, "moved within the experiment"
-            # Lower val_loss is better: the slot went to the better prediction.
+            # Lower val_loss is better: the slot went to the one ahead.
             assert chosen <= ranked_final
         got = api.get(f"/api/v1/experiments/{body['id']}").json()
         assert not any(j["stopped_early"] for j in got["jobs"])

@@ -1,9 +1,9 @@
 """Experiment focus on literal snapshots: a predictive experiment's slots go to
-its best-predicted waiting configurations, and nobody else's grants move."""
+its leading waiting configurations, and nobody else's grants move."""
 
 from __future__ import annotations
 
-from backend.scheduling.early_stopping import RuleConfig
+from backend.scheduling.early_stopping import RuleConfig, Trial
 from backend.scheduling.experiment_focus import Standing, focus, standings
 from backend.scheduling.types import Grant, JobView, LossPoint, Requirements, Snapshot
 
@@ -23,10 +23,10 @@ def snapshot(*jobs: JobView) -> Snapshot:
 
 
 def standing(experiment: int, score: float) -> Standing:
-    return Standing(experiment, score, f"predicted final loss {score:g}")
+    return Standing(experiment, score, f"its latest loss {score:g}")
 
 
-def test_the_experiments_slot_goes_to_its_best_predicted_waiting_job() -> None:
+def test_the_experiments_slot_goes_to_its_leading_waiting_job() -> None:
     jobs = snapshot(view(1), view(2), view(3), view(9, tenant=2))
     grants = [Grant(9, 100, "other tenant"), Grant(1, 100, "rank 2")]
     ranks = {1: standing(7, 0.5), 2: standing(7, 0.1), 3: standing(7, 0.3)}
@@ -35,8 +35,8 @@ def test_the_experiments_slot_goes_to_its_best_predicted_waiting_job() -> None:
     assert out[0] == grants[0]
     # Sized by time for the job it went to: about a second at 0.01 s an iteration.
     assert 95 <= out[1].iterations <= 100
-    assert out[1].reason.startswith("experiment focus: predicted final loss 0.1")
-    assert out[1].reason.endswith("job 1 (predicted final loss 0.5)")
+    assert out[1].reason.startswith("experiment focus: its latest loss 0.1")
+    assert out[1].reason.endswith("job 1 (its latest loss 0.5)")
 
 
 def test_running_and_otherwise_granted_jobs_are_not_candidates() -> None:
@@ -81,12 +81,19 @@ def test_jobs_without_a_prediction_keep_their_grants() -> None:
     assert [g.job_id for g in out] == [1]
 
 
-def test_only_predictive_experiments_have_standings() -> None:
-    finals = {1: (0.3, 0.2, 0.4), 2: None, 3: (0.8, 0.7, 0.9)}
-    assert standings(7, RuleConfig(rule="asha"), finals) == {}
+def test_standings_rank_extrapolated_jobs_of_predictive_experiments_by_latest_value() -> None:
+    def trial(job_id: int, latest: float, final: tuple[float, float, float] | None) -> Trial:
+        return Trial(job_id=job_id, iterations_done=300, max_iterations=1000,
+                     points=((100, 0.5), (300, latest)), final=final)
+
+    trials = [trial(1, 0.3, (0.9, 0.85, 0.95)), trial(2, 0.99, None),
+              trial(3, 0.8, (0.82, 0.8, 0.85))]
+    assert standings(7, RuleConfig(rule="asha"), trials) == {}
     ranked = standings(7, RuleConfig(rule="predictive", metric="val_accuracy",
-                                     maximise=True), finals)
+                                     maximise=True), trials)
+    # Job 2 cannot be extrapolated yet: it keeps whatever grant it gets.
     assert sorted(ranked) == [1, 3]
-    # Maximised: the higher accuracy is the better (lower) score.
+    # Maximised: the higher accuracy now is the better (lower) score, whatever
+    # the extrapolation says of job 1.
     assert ranked[3].score < ranked[1].score
-    assert ranked[3].text == "predicted final val_accuracy 0.8"
+    assert ranked[3].text == "its latest val_accuracy 0.8 (iteration 300)"
