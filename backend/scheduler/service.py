@@ -228,7 +228,7 @@ class Scheduler:
 
     def _focused(self, snapshot: Snapshot, ranking: list[Grant]) -> list[Grant]:
         """The policy's ranking with each predictive experiment's slots handed
-        to its best-predicted configurations (:mod:`backend.scheduling.experiment_focus`)."""
+        to its leading configurations (:mod:`backend.scheduling.experiment_focus`)."""
         return focus(snapshot, ranking, self.stopper.standings)
 
     @staticmethod

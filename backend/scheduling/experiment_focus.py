@@ -63,12 +63,10 @@ def focus(snapshot: Snapshot, grants: Sequence[Grant],
     """``grants`` with each grant to a job that has a standing handed to the
     best-standing waiting job of the same experiment with the same
     requirements (itself, if it is that job). Order and length are kept."""
-    if not standings or not grants:
-        return list(grants)
-    views = {job.job_id: job for job in snapshot.jobs}
     positions = [i for i, grant in enumerate(grants) if grant.job_id in standings]
     if not positions:
         return list(grants)
+    views = {job.job_id: job for job in snapshot.jobs if job.job_id in standings}
     taken = set(positions)
     held = {grant.job_id for i, grant in enumerate(grants) if i not in taken}
     # Candidates: waiting jobs with a standing that no other grant names.
@@ -82,14 +80,12 @@ def focus(snapshot: Snapshot, grants: Sequence[Grant],
         candidates.sort(key=lambda job: (standings[job.job_id].score, job.job_id))
     out = list(grants)
     for i in positions:
-        granted = views.get(grants[i].job_id)
         standing = standings[grants[i].job_id]
-        candidates = by_experiment.get(standing.experiment_id, [])
-        # Never None: within one requirement class there are at least as many
-        # candidates as positions, each position's own job among them.
-        pick = _first_alike(candidates, granted)
-        if pick is None:
-            continue
+        candidates = by_experiment[standing.experiment_id]
+        # Within one requirement class there are at least as many candidates
+        # as positions, each position's own job among them: a pick always exists.
+        needs = views[grants[i].job_id].requirements
+        pick = next(job for job in candidates if job.requirements == needs)
         candidates.remove(pick)
         if pick.job_id == grants[i].job_id:
             continue
@@ -97,13 +93,6 @@ def focus(snapshot: Snapshot, grants: Sequence[Grant],
                          iterations=chunk_iterations(snapshot, pick), predicted_gain=None,
                          reason=_reason(standings[pick.job_id], grants[i].job_id, standing))
     return out
-
-
-def _first_alike(candidates: list[JobView], granted: JobView | None) -> JobView | None:
-    """The first candidate that can run wherever the granted job could."""
-    if granted is None:
-        return None
-    return next((job for job in candidates if job.requirements == granted.requirements), None)
 
 
 def _reason(standing: Standing, ranked: int, instead: Standing) -> str:

@@ -59,7 +59,6 @@ class SweepStopper:
         self.stopped += stops
         return stops
 
-
     def standings(self) -> dict[int, Standing]:
         """The experiment's jobs' standings for :func:`focus`, as the live
         scheduler keeps them (experiment id 0)."""
