@@ -29,6 +29,9 @@ RULES = ("none", "predictive", "asha")
 EXTRAPOLATION_MARGIN = 0.3
 """How much better than its optimistic prediction a job may still end, as a
 fraction of that value, at the start of its budget (none at its end)."""
+RISING_MARGIN = 0.1
+"""A series this share of its drop (plus noise) above its best is rising:
+predicted to end no better than it is now (``CurveFit.rising``)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,10 @@ def _bounds(trial: Trial, sign: float) -> tuple[float, float, float]:
     # at 0.0142). Widen the optimistic side in proportion to the budget left.
     left = 1.0 - min(trial.iterations_done / max(trial.max_iterations, 1), 1.0)
     optimistic -= EXTRAPOLATION_MARGIN * left * abs(optimistic)
-    return mean, optimistic, max(low, high)
+    # A rival's pessimistic side is no better than where it stands: a job is
+    # stopped for what others have shown, not for what their fits promise
+    # (a slow fit extrapolated over most of its budget can promise anything).
+    return mean, optimistic, max(low, high, current)
 
 
 def _predictive(trials: Sequence[Trial], config: RuleConfig) -> list[Stop]:
@@ -216,6 +222,10 @@ def predict_final(predictor: LossPredictor, *, job_id: int, points: Sequence[tup
                                 losses=losses, initial_loss=losses[0].loss))
     if not fit.known:
         return None
-    mean, low, high = fit.predict(max(max_iterations - last_iteration, 0))
+    if fit.rising(RISING_MARGIN):
+        # Overfitting or diverging: it may get back to its best, no further.
+        mean, low, high = fit.anchor, fit.lowest_loss, fit.anchor + fit.band_width(0)
+    else:
+        mean, low, high = fit.predict(max(max_iterations - last_iteration, 0))
     out = [sign * (v - shift) for v in (mean, low, high)]
     return out[0], min(out[1], out[2]), max(out[1], out[2])

@@ -128,6 +128,13 @@ class CurveFit:
     def known(self) -> bool:
         return self.family != UNKNOWN
 
+    def rising(self, margin: float) -> bool:
+        """Whether the newest level is clearly above the lowest loss: by three
+        noise widths plus ``margin`` of the drop shown (a diverging job, an
+        overfitting validation loss). The families are all decreasing, so
+        such a fit's extrapolation means nothing."""
+        return self.anchor > self.lowest_loss + 3 * self.noise + margin * self.largest_drop
+
 
 _BAND_Z = 1.0
 

@@ -9,11 +9,15 @@ overhead (dispatch, checkpoint load and save). Format::
                  "params": {...}, "dataset_params": {...}, "seed": 0,
                  "max_iterations": 3000,
                  "stop_reason": "converged: ...", "chunk_overhead_seconds": 0.04,
-                 "losses": [...], "seconds": [...]}]}
+                 "losses": [...], "seconds": [...],
+                 "evaluations": {"val_loss": [[50, 0.41], [100, 0.33], ...]}}]}
 
 ``losses[i]`` is the loss after iteration ``i + 1``; the first reported loss
 is the curve's reference start ``L_0`` and the last its ``L_final``, so its
-normalised loss runs from 1 to 0 (DESIGN §7).
+normalised loss runs from 1 to 0 (DESIGN §7). ``evaluations`` (optional)
+holds held-out metrics as ``[iteration, value]`` pairs, measured every
+``eval_every`` iterations as a live job would (the sweep traces record
+``val_loss`` so an experiment can be judged on it).
 """
 
 from __future__ import annotations
@@ -42,10 +46,16 @@ class TraceCurve:
     max_iterations: int = 0
     stop_reason: str = ""
     chunk_overhead_seconds: float = 0.0
+    evaluations: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.losses or len(self.losses) != len(self.seconds):
             raise ValueError(f"curve {self.id!r}: need equally long, non-empty losses and seconds")
+        for name, points in self.evaluations.items():
+            steps = [i for i, _ in points]
+            if steps != sorted(set(steps)) or any(not 1 <= i <= len(self.losses) for i in steps):
+                raise ValueError(f"curve {self.id!r}: {name} evaluations need increasing "
+                                 f"iterations within 1..{len(self.losses)}")
 
     @property
     def iterations(self) -> int:
@@ -71,7 +81,7 @@ class TraceCurve:
         return min(max((loss - self.final_loss) / span, 0.0), 1.0)
 
     def to_json(self, digits: int = 6) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "id": self.id, "algorithm": self.algorithm, "dataset": self.dataset,
             "params": dict(self.params), "dataset_params": dict(self.dataset_params),
             "seed": self.seed,
@@ -80,6 +90,10 @@ class TraceCurve:
             "losses": [float(f"{v:.{digits}g}") for v in self.losses],
             "seconds": [float(f"{v:.3g}") for v in self.seconds],
         }
+        if self.evaluations:
+            out["evaluations"] = {name: [[i, float(f"{v:.{digits}g}")] for i, v in points]
+                                  for name, points in self.evaluations.items()}
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TraceCurve:
@@ -92,6 +106,8 @@ class TraceCurve:
             max_iterations=int(data.get("max_iterations") or len(data["losses"])),
             stop_reason=str(data.get("stop_reason", "")),
             chunk_overhead_seconds=float(data.get("chunk_overhead_seconds", 0.0)),
+            evaluations={str(name): tuple((int(i), float(v)) for i, v in points)
+                         for name, points in data.get("evaluations", {}).items()},
         )
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from itertools import product
 from typing import Any
 
+from backend.core.models import Job
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.simulation.record import RunSpec, record_curve
 
@@ -28,6 +29,8 @@ NUMPY_BATCHES = (16, 32, 64, 128, 256)
 TORCH_RATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 TORCH_WIDTHS = (16, 32, 64, 128, 256)
 
+EVAL_EVERY = Job.model_fields["eval_every"].default
+
 NUMPY_SWEEP: tuple[RunSpec, ...] = tuple(
     RunSpec("mlp", "digits", {"hidden_units": 128, "learning_rate": lr, "batch_size": b},
             max_iterations=3000)
@@ -36,12 +39,13 @@ NUMPY_SWEEP: tuple[RunSpec, ...] = tuple(
 
 
 def torch_sweep() -> tuple[Any, ...]:
-    """30 configurations of the PyTorch MLP: learning rate x width (needs torch)."""
+    """30 configurations of the PyTorch MLP: learning rate x width (needs torch),
+    evaluated on held-out rows as often as a live job is by default."""
     from backend.simulation.record_torch import TorchRunSpec
 
     return tuple(TorchRunSpec("torch_mlp", "digits",
                               {"learning_rate": lr, "hidden_units": w, "hidden_layers": 2},
-                              max_iterations=3000)
+                              max_iterations=3000, eval_every=EVAL_EVERY)
                  for lr, w in product(TORCH_RATES, TORCH_WIDTHS))
 
 

@@ -32,6 +32,9 @@ class TorchRunSpec(RunSpec):
     """One PyTorch job to record, named like a portal job spec."""
 
     max_iterations: int = 1000
+    eval_every: int = 0
+    """Held-out evaluation every this many iterations (and at the end), on the
+    live split (:func:`workers.trainers.data.holdout`); 0 trains on every row."""
     # Minibatch losses are noisy enough that a relative-change test stops runs
     # by chance; deep-learning runs get an iteration budget instead.
     tolerance: float | None = None
@@ -72,6 +75,10 @@ def _build(spec: TorchRunSpec) -> Any:
         train, validation = load_text(spec.dataset)
         data = TrainingData(name=spec.dataset, task="text", text=train,
                             validation_text=validation)
+    elif spec.eval_every > 0:
+        from workers.trainers.data import holdout
+
+        data = holdout(load_dataset(spec.dataset, spec.dataset_params))
     else:
         table = load_dataset(spec.dataset, spec.dataset_params)
         data = TrainingData(name=spec.dataset, task="classification", train=table)
@@ -89,13 +96,18 @@ def record_torch_curve(spec: TorchRunSpec, *, overhead_samples: int = 5) -> Trac
     losses: list[float] = []
     seconds: list[float] = []
     overheads: list[float] = []
+    evaluations: dict[str, list[tuple[int, float]]] = {}
     verdict = None
     while verdict is None:
         started = time.perf_counter()
         loss = float(trainer.step(1)[0]["loss"])
-        seconds.append(time.perf_counter() - started)
         losses.append(loss)
         verdict = check(rule, len(losses), losses[-(rule.window + 1):], losses[0])
+        if spec.eval_every > 0 and (len(losses) % spec.eval_every == 0 or verdict is not None):
+            # Timed with the iteration: a live chunk pays for its evaluations.
+            for name, value in trainer.evaluate().items():
+                evaluations.setdefault(name, []).append((len(losses), float(value)))
+        seconds.append(time.perf_counter() - started)
         if len(losses) % sample_every == 1:
             started = time.perf_counter()
             make().restore(trainer.state())
@@ -108,6 +120,7 @@ def record_torch_curve(spec: TorchRunSpec, *, overhead_samples: int = 5) -> Trac
         dataset_params=dict(spec.dataset_params), seed=spec.seed,
         max_iterations=spec.max_iterations, stop_reason=verdict.reason,
         chunk_overhead_seconds=DISPATCH_SECONDS + statistics.median(overheads),
+        evaluations={name: tuple(points) for name, points in evaluations.items()},
     )
 
 

@@ -18,8 +18,10 @@ from backend.scheduling.simulator import SimJob
 from backend.scheduling.types import Grant, Policy, Snapshot
 
 POINT_EVERY = 10
-"""The rule sees every 10th loss (and the last): what an experiment that
-evaluates every 10 iterations shows, and it keeps ASHA's rung lookups cheap."""
+"""On the training loss the rule sees every 10th loss (and the last): what an
+experiment that evaluates every 10 iterations shows, and it keeps ASHA's rung
+lookups cheap. A held-out metric the trace recorded (``config.metric`` in its
+``evaluations``) is seen at the iterations it was evaluated, as live."""
 
 
 class SweepStopper:
@@ -44,11 +46,14 @@ class SweepStopper:
         self.jobs.update((i, j) for i, j in active.items() if i in self.job_ids)
         self.jobs.update((j.job_id, j) for j in changed)
         for job in changed:
-            self.series[job.job_id] = _points(job)
+            points = objective_points(job, self.config.metric)
+            if not points:
+                continue  # not evaluated yet: the rule cannot judge it
+            self.series[job.job_id] = points
             if self.config.rule == "predictive" and job.finish is None:
                 self.finals[job.job_id] = predict_final(
                     self.predictor, job_id=job.job_id, points=self.series[job.job_id],
-                    max_iterations=_budget(job), maximise=False)
+                    max_iterations=_budget(job), maximise=self.config.maximise)
         trials = [Trial(job_id=i, iterations_done=j.done, max_iterations=_budget(j),
                         points=self.series[i], final=self.finals.get(i),
                         stoppable=j.finish is None and not j.stopped)
@@ -83,7 +88,15 @@ def _budget(job: SimJob) -> int:
     return max(job.curve.max_iterations, job.curve.iterations)
 
 
-def _points(job: SimJob) -> tuple[tuple[int, float], ...]:
+def objective_points(job: SimJob, metric: str) -> tuple[tuple[int, float], ...]:
+    """What the job has shown of ``metric`` so far, ``(iteration, value)``."""
+    recorded = job.curve.evaluations.get(metric)
+    if recorded is not None:
+        return tuple(p for p in recorded if p[0] <= job.done)
+    if metric != "loss":
+        raise ValueError(f"curve {job.curve.id!r} has no {metric} evaluations")
+    if not job.points:
+        return ()
     chosen = [(p.iteration, p.loss) for p in job.points if p.iteration % POINT_EVERY == 0]
     last = job.points[-1]
     if not chosen or chosen[-1][0] != last.iteration:

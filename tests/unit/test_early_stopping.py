@@ -170,3 +170,29 @@ def test_predict_final_extrapolates_towards_the_curve_floor(maximise: bool) -> N
 def test_predict_final_needs_two_points() -> None:
     assert predict_final(LossPredictor(), job_id=1, points=[(10, 1.0)], max_iterations=100,
                          maximise=False) is None
+
+
+def test_a_rising_series_is_predicted_to_end_no_better_than_its_best() -> None:
+    # A validation loss that bottoms at 0.2 and climbs back to 0.5 (overfitting):
+    # the fitted families only fall, so their extrapolation would be meaningless.
+    points = [(k, 0.2 + 1e-5 * (k - 150) ** 2) for k in range(10, 360, 10)]
+    final = predict_final(LossPredictor(), job_id=1, points=points, max_iterations=1000,
+                          maximise=False)
+    assert final is not None
+    mean, low, high = final
+    lowest, latest = min(v for _, v in points), points[-1][1]
+    assert mean == pytest.approx(latest, rel=0.05)
+    assert low == pytest.approx(lowest, rel=0.05)
+    assert high >= mean
+
+
+def test_a_rivals_promise_below_where_it_stands_stops_nobody() -> None:
+    slow = _curve(0.001, 0.5, 300)  # still at 1.8: its fit promises far too much
+    trials = [
+        _trial(1, slow, (-0.5, -0.9, -0.2)),
+        _trial(2, slow, (-0.5, -0.9, -0.2)),
+        _trial(3, _curve(0.02, 0.3, 300), (0.1, 0.05, 0.15)),
+        _trial(4, _curve(0.02, 0.2, 300), (0.15, 0.1, 0.2)),
+    ]
+    # Job 3 would have to beat -0.2 by its rivals' fits; by where they stand, 1.8.
+    assert decide(trials, PREDICTIVE) == []

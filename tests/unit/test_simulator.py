@@ -111,6 +111,14 @@ def test_trace_round_trip(tmp_path: Path) -> None:
     assert again.curves[0].losses[:3] == pytest.approx(trace.curves[0].losses[:3], rel=1e-5)
 
 
+@pytest.mark.parametrize("steps", [(2, 2), (3, 1), (0,), (6,)])
+def test_evaluations_must_lie_on_the_curve_in_order(steps: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match="val_loss evaluations need increasing iterations "
+                                         "within 1..5"):
+        TraceCurve(id="c", losses=(5.0, 4.0, 3.0, 2.0, 1.0), seconds=(1.0,) * 5,
+                   evaluations={"val_loss": tuple((i, 1.0) for i in steps)})
+
+
 def golden_figures() -> dict[str, dict[str, float]]:
     trace = load_trace(GOLDEN_TRACE)
     return {p: run(p, trace, **GOLDEN_ARGS) for p in SIM_POLICIES}

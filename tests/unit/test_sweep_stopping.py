@@ -12,8 +12,8 @@ from backend.scheduling.early_stopping import RuleConfig
 from backend.scheduling.simulator import SimConfig, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.workload import Arrival
-from backend.simulation.sweep_stopping import SweepStopper
-from tests.bench.sweeps import best_final, smoothed, time_to_target
+from backend.simulation.sweep_stopping import SweepStopper, objective_points
+from tests.bench.sweeps import best_final, objective_of, smoothed, time_to_target
 
 ITERATIONS = 400
 
@@ -61,13 +61,59 @@ def test_without_a_rule_every_configuration_runs_its_whole_curve() -> None:
 
 
 def test_time_to_target_is_when_the_best_configuration_gets_within_one_percent() -> None:
-    best, target = best_final(SWEEP)
+    best, target = best_final(SWEEP, "loss")
     assert best == "best" and target == pytest.approx(smoothed(SWEEP.curves[0].losses)[-1])
     result = simulate(build_policy("fair", SWEEP, ARRIVALS), SWEEP, ARRIVALS,
                       SimConfig(slots=2, chunk_seconds=0.2))
-    when = time_to_target(result.jobs, target, 0.0)
+    when = time_to_target(result.jobs, target, 0.0, "loss")
     job = result.jobs[0]
     seen = smoothed(job.curve.losses)
     first = next(i for i, v in enumerate(seen) if v <= target * 1.01)
     assert when == pytest.approx(job.iteration_times[first])
-    assert time_to_target(result.jobs[1:], target, 0.0) == math.inf
+    assert time_to_target(result.jobs[1:], target, 0.0, "loss") == math.inf
+
+
+def _overfitting(name: str, best_at: int, floor: float) -> TraceCurve:
+    """Training loss falls throughout; ``val_loss`` bottoms at ``best_at``
+    and rises after it, evaluated every 50 iterations."""
+    curve = _curve(name, 0.05, 0.02)
+    evaluations = tuple((i, floor + 1e-6 * (i - best_at) ** 2)
+                        for i in range(50, ITERATIONS + 1, 50))
+    return TraceCurve(id=name, losses=curve.losses, seconds=curve.seconds,
+                      max_iterations=ITERATIONS, chunk_overhead_seconds=0.02,
+                      evaluations={"val_loss": evaluations})
+
+
+VAL_SWEEP = Trace(curves=(_overfitting("early", 100, 0.2), _overfitting("late", 400, 0.3),
+                          _overfitting("mid", 250, 1.0)))
+
+
+def test_the_objective_is_val_loss_where_the_sweep_recorded_it() -> None:
+    assert objective_of(VAL_SWEEP, "auto") == "val_loss"
+    assert objective_of(VAL_SWEEP, "loss") == "loss"
+    assert objective_of(SWEEP, "auto") == "loss"
+    # Finals are each configuration's last evaluation: "early" has overfitted
+    # to 0.2 + 0.09 by its end, "late" ends at its best, 0.3.
+    best, target = best_final(VAL_SWEEP, "val_loss")
+    assert (best, target) == ("early", pytest.approx(0.29))
+    arrivals = [Arrival(index=i, time=0.0, curve_id=c.id) for i, c in enumerate(VAL_SWEEP.curves)]
+    result = simulate(build_policy("fair", VAL_SWEEP, arrivals), VAL_SWEEP, arrivals,
+                      SimConfig(slots=3, chunk_seconds=0.2))
+    # "early" is below 0.29 * 1.01 first at its evaluation at iteration 50.
+    early = result.jobs[0]
+    assert time_to_target(result.jobs, target, 0.0, "val_loss") == \
+        pytest.approx(early.iteration_times[49])
+
+
+def test_the_rule_judges_the_recorded_val_loss() -> None:
+    arrivals = [Arrival(index=i, time=0.0, curve_id=c.id) for i, c in enumerate(VAL_SWEEP.curves)]
+    stopper = SweepStopper(RuleConfig(rule="asha", top_k=1, min_iterations=50,
+                                      metric="val_loss"), range(3))
+    result = simulate(build_policy("fair", VAL_SWEEP, arrivals), VAL_SWEEP, arrivals,
+                      SimConfig(slots=3, chunk_seconds=0.2), stopper=stopper)
+    # The training losses are identical, so only val_loss tells them apart:
+    # ASHA keeps a third of them at its first rung, the one lowest there.
+    assert [j.curve.id for j in result.jobs if j.stopped] == ["late", "mid"]
+    assert objective_points(result.jobs[2], "val_loss")[-1][0] <= result.jobs[2].done
+    with pytest.raises(ValueError, match="no val_accuracy"):
+        objective_points(result.jobs[0], "val_accuracy")

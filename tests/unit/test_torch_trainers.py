@@ -325,6 +325,38 @@ def test_record_torch_curve_runs_to_its_budget() -> None:
     assert list(curve.losses) == _losses(_make(CharTransformer, data, seed=4).step(12))
 
 
+def test_a_recorded_curve_carries_the_held_out_metrics_a_live_job_reports(
+        tmp_path: Path) -> None:
+    from backend.scheduling.trace import Trace, load_trace, save_trace
+    from backend.simulation.record_torch import TorchRunSpec, record_torch_curve
+    from workers.trainers.data import holdout
+
+    spec = TorchRunSpec("torch_mlp", "digits", {"hidden_units": 16}, max_iterations=25,
+                        eval_every=10)
+    curve = record_torch_curve(spec, overhead_samples=1)
+    # Every 10 iterations and at the end, as a live job with eval_every=10.
+    assert [i for i, _ in curve.evaluations["val_loss"]] == [10, 20, 25]
+    trainer = _make(TorchMlp, holdout(load_dataset("digits")), hidden_units=16)
+    trainer.step(10)
+    assert curve.evaluations["val_loss"][0][1] == pytest.approx(trainer.evaluate()["val_loss"])
+    save_trace(Trace(curves=(curve,)), tmp_path / "t.json")
+    loaded = load_trace(tmp_path / "t.json").curves[0].evaluations["val_accuracy"]
+    assert [i for i, _ in loaded] == [10, 20, 25]
+    assert [v for _, v in loaded] == pytest.approx([v for _, v in
+                                                    curve.evaluations["val_accuracy"]], rel=1e-5)
+
+
+def test_the_committed_torch_sweep_is_judged_on_held_out_rows() -> None:
+    from backend.scheduling.trace import load_trace
+    from backend.simulation.cli import SWEEP_TRACES
+
+    sweep = load_trace(SWEEP_TRACES["sweep-torch"])
+    assert len(sweep.curves) >= 30
+    for curve in sweep.curves:
+        steps = [i for i, _ in curve.evaluations["val_loss"]]
+        assert steps == list(range(50, curve.iterations + 1, 50)), curve.id
+
+
 def test_committed_torch_trace_covers_every_trainer() -> None:
     from backend.scheduling.trace import load_trace
     from backend.simulation.cli import TORCH_TRACE

@@ -160,7 +160,7 @@ class SlaqPolicy:
         """(lookahead index, weight of LAS, normalised drop of the next chunk)."""
         scale = self._total_drop(fit)
         point = fit.drop(n) / scale
-        if fit.anchor > fit.lowest_loss + 3 * fit.noise + self.diverge_margin * fit.largest_drop:
+        if fit.rising(self.diverge_margin):
             return 0.0, 0.0, point
         spi = fit.seconds_per_iteration or snapshot.chunk_seconds / n
         remaining = max(job.remaining_iterations, 1)
