@@ -31,6 +31,7 @@ from backend.api import (
     metrics,
     pages,
     pools,
+    what_if,
 )
 from backend.api.body_guard import JsonBodyGuard, json_safe
 from backend.api.metrics import RequestMetrics
@@ -81,6 +82,7 @@ def create_app() -> FastAPI:
     app.include_router(experiments.router)
     app.include_router(pools.router)
     app.include_router(metrics.router)
+    app.include_router(what_if.router)
 
     @app.exception_handler(SpecErrors)
     async def _spec_errors(_request: Request, exc: SpecErrors) -> JSONResponse:

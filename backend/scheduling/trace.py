@@ -18,6 +18,11 @@ normalised loss runs from 1 to 0 (DESIGN §7). ``evaluations`` (optional)
 holds held-out metrics as ``[iteration, value]`` pairs, measured every
 ``eval_every`` iterations as a live job would (the sweep traces record
 ``val_loss`` so an experiment can be judged on it).
+
+A trace recorded from a portal's own finished jobs (``slaq record-trace
+--from-portal``) also holds when each job arrived, as ``"arrivals":
+[{"curve_id": "job-7", "time": 0.0, "tenant_id": 2}, ...]`` (seconds from
+the first); the simulator then replays that workload instead of drawing one.
 """
 
 from __future__ import annotations
@@ -112,9 +117,21 @@ class TraceCurve:
 
 
 @dataclass(frozen=True)
+class Arrival:
+    """Job number ``index`` submits curve ``curve_id`` at ``time`` seconds as ``tenant_id``."""
+
+    index: int
+    time: float
+    curve_id: str
+    tenant_id: int = 1
+
+
+@dataclass(frozen=True)
 class Trace:
     curves: tuple[TraceCurve, ...]
     description: str = ""
+    arrivals: tuple[Arrival, ...] = ()
+    """The recorded workload, if the trace has one (index = position)."""
 
     def curve(self, curve_id: str) -> TraceCurve:
         for curve in self.curves:
@@ -123,8 +140,12 @@ class Trace:
         raise KeyError(f"no curve {curve_id!r} in trace")
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": TRACE_FORMAT, "description": self.description,
-                "curves": [c.to_json() for c in self.curves]}
+        out: dict[str, Any] = {"format": TRACE_FORMAT, "description": self.description,
+                               "curves": [c.to_json() for c in self.curves]}
+        if self.arrivals:
+            out["arrivals"] = [{"curve_id": a.curve_id, "time": round(a.time, 6),
+                                "tenant_id": a.tenant_id} for a in self.arrivals]
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Trace:
@@ -133,7 +154,17 @@ class Trace:
         curves = tuple(TraceCurve.from_json(c) for c in data["curves"])
         if len({c.id for c in curves}) != len(curves):
             raise ValueError("curve ids in a trace must be unique")
-        return cls(curves=curves, description=str(data.get("description", "")))
+        ids = {c.id for c in curves}
+        arrivals = tuple(Arrival(index=i, time=float(a["time"]), curve_id=str(a["curve_id"]),
+                                 tenant_id=int(a.get("tenant_id", 1)))
+                         for i, a in enumerate(data.get("arrivals", ())))
+        if any(not 0 <= a.time < float("inf") for a in arrivals):
+            raise ValueError("arrival times must be finite seconds from 0")
+        unknown = sorted({a.curve_id for a in arrivals} - ids)
+        if unknown:
+            raise ValueError(f"arrivals name curves the trace lacks: {', '.join(unknown[:5])}")
+        return cls(curves=curves, description=str(data.get("description", "")),
+                   arrivals=arrivals)
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -146,7 +177,11 @@ def save_trace(trace: Trace, path: str | Path) -> None:
     lines = [json.dumps(c, separators=(",", ":")) for c in data["curves"]]
     header = json.dumps({"format": data["format"], "description": data["description"]})
     body = ",\n".join(lines)
-    Path(path).write_text(header[:-1] + ', "curves": [\n' + body + "\n]}\n")
+    tail = ""
+    if "arrivals" in data:
+        tail = ',\n"arrivals": [\n' + ",\n".join(
+            json.dumps(a, separators=(",", ":")) for a in data["arrivals"]) + "\n]"
+    Path(path).write_text(header[:-1] + ', "curves": [\n' + body + "\n]" + tail + "}\n")
 
 
 def curves_by_id(curves: Sequence[TraceCurve]) -> dict[str, TraceCurve]:

@@ -7,21 +7,11 @@ live (submit the curve's algorithm, dataset, params and seed at each
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from backend.scheduling.trace import Trace, TraceCurve
+from backend.scheduling.trace import Arrival, Trace, TraceCurve
 
-
-@dataclass(frozen=True)
-class Arrival:
-    """Job number ``index`` submits curve ``curve_id`` at ``time`` seconds as ``tenant_id``."""
-
-    index: int
-    time: float
-    curve_id: str
-    tenant_id: int = 1
+__all__ = ["Arrival", "generate_workload", "job_seconds"]
 
 
 def job_seconds(curve: TraceCurve, chunk_seconds: float) -> float:

@@ -34,10 +34,14 @@ def run_policies(
     trace_path: Path, policies: list[str], *, slots: int, load: float, seed: int,
     jobs: int | None = None, chunk_seconds: float = 1.0, tenants: int = 1,
 ) -> dict[str, tuple[SimResult, Figures]]:
-    """Simulate one workload under each policy; shared by the CLI and benchmarks."""
+    """Simulate one workload under each policy; shared by the CLI and benchmarks.
+
+    A trace with recorded arrivals (``record-trace --from-portal``) replays
+    them; ``load``, ``seed``, ``jobs`` and ``tenants`` then do not apply."""
     trace = load_trace(trace_path)
-    arrivals = generate_workload(trace, slots=slots, load=load, jobs=jobs, seed=seed,
-                                 tenants=tenants, chunk_seconds=chunk_seconds)
+    arrivals = list(trace.arrivals) or generate_workload(
+        trace, slots=slots, load=load, jobs=jobs, seed=seed, tenants=tenants,
+        chunk_seconds=chunk_seconds)
     config = SimConfig(slots=slots, chunk_seconds=chunk_seconds)
     out = {}
     for name in policies:
@@ -87,14 +91,17 @@ def simulate_main(argv: list[str]) -> int:
         return 2
     if args.json:
         print(json.dumps({name: fig.as_dict() for name, (_, fig) in runs.items()}, indent=2))
-    else:
-        print(f"trace {args.trace.name}, {args.slots} slots, load {args.load}, seed {args.seed}")
+    recorded = len(load_trace(args.trace).arrivals)
+    workload = (f"its {recorded} recorded arrivals" if recorded
+                else f"load {args.load}, seed {args.seed}")
+    if not args.json:
+        print(f"trace {args.trace.name}, {args.slots} slots, {workload}")
         print(_table(runs))
     if args.report:
         from backend.simulation.report import run_figures, write_html
 
-        note = (f"trace {args.trace.name}, {args.slots} slots, load {args.load}, "
-                f"seed {args.seed}, chunk {args.chunk_seconds}s")
+        note = (f"trace {args.trace.name}, {args.slots} slots, {workload}, "
+                f"chunk {args.chunk_seconds}s")
         write_html(args.report, "SLAQ simulation", run_figures(runs), [note])
         if not args.json:
             print(f"report written to {args.report}")
@@ -115,7 +122,18 @@ def record_trace_main(argv: list[str]) -> int:
                         "sweep-torch: 30-configuration sweeps for tests/bench/sweeps.py)")
     parser.add_argument("--only", action="append", default=[],
                         help="keep runs whose id contains this text (repeatable)")
+    parser.add_argument("--from-portal", action="store_true",
+                        help="record the portal's own completed jobs instead (its database, "
+                        "DATABASE_URL), with their arrival times: replay them with "
+                        "slaq simulate --trace")
+    parser.add_argument("--since", type=_duration, default=None, metavar="DURATION",
+                        help="with --from-portal: jobs submitted in the last DURATION "
+                        "(e.g. 90m, 24h, 7d; default 24h)")
     args = parser.parse_args(argv)
+    if args.from_portal:
+        return _record_portal(parser, args)
+    if args.since is not None:
+        parser.error("--since applies only with --from-portal")
     if args.preset == "torch":
         return _record_torch(parser, args)
     if args.preset in SWEEP_TRACES:
@@ -141,6 +159,55 @@ def record_trace_main(argv: list[str]) -> int:
     save_trace(trace, args.out)
     print(f"wrote {len(trace.curves)} curves to {args.out} "
           f"({args.out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> float:
+    """Seconds in ``90m``, ``24h``, ``7d`` or a plain number of hours."""
+    value, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "h")
+    try:
+        seconds = float(value) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration such as 90m, 24h or 7d") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration must be positive")
+    return seconds
+
+
+def _record_portal(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from backend.core.db import session_scope
+    from backend.core.models import utcnow
+    from backend.services.portal_trace import WorkloadTooLarge, record_portal_workload
+
+    if args.only or args.preset != "standard":
+        parser.error("--from-portal records the portal's jobs: --preset and --only do not apply")
+    if args.out is None:
+        parser.error("--from-portal needs --out (where to write the trace)")
+    until = utcnow()
+    since = until - timedelta(seconds=args.since or 86400)
+    try:
+        with session_scope() as session:
+            workload = record_portal_workload(session, since, until)
+    except WorkloadTooLarge as exc:
+        parser.error(str(exc))
+    skipped = ", ".join(f"{n} {why}" for why, n in sorted(workload.left_out.items()))
+    if not workload.trace.curves:
+        print(f"slaq record-trace: no job submitted since {since:%Y-%m-%d %H:%M} UTC has "
+              f"completed; nothing written" + (f" (left out: {skipped})" if skipped else ""),
+              file=sys.stderr)
+        return 1
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    save_trace(workload.trace, args.out)
+    print(f"wrote {len(workload.trace.curves)} completed jobs submitted since "
+          f"{since:%Y-%m-%d %H:%M} UTC to {args.out}" + (f"; left out: {skipped}" if skipped
+                                                       else ""))
+    print(f"replay them: slaq simulate --trace {args.out} --slots N --report what-if.html")
     return 0
 
 

@@ -43,6 +43,7 @@ from backend.scheduling.metrics import Figures, figures
 from backend.scheduling.simulator import SimConfig, SimJob, SimResult, build_policy, simulate
 from backend.scheduling.trace import Trace, load_trace
 from backend.scheduling.workload import Arrival, generate_workload
+from backend.services.portal_trace import iteration_times
 from backend.simulation.cli import STANDARD_TRACE
 from tests.utils.portal import make_user_token, start_portal
 from tests.utils.services import BENCH_REDIS_DB, test_redis
@@ -60,26 +61,6 @@ def _epoch(moment: datetime) -> float:
 
 
 ChunkCost = tuple[float, float, float]  # trace compute, live compute, live wall (seconds)
-
-
-def iteration_times(points: list[tuple[float, float]]) -> list[float]:
-    """When each iteration ended, from (commit time, seconds) per point.
-
-    A chunk's points are committed together at its end, so they share one
-    time; the simulator dates each iteration when it is computed. Each point
-    is dated back from its chunk's commit by the seconds of the iterations
-    after it in that chunk, so live and simulated quality-over-time measure
-    the same moment (when the model got there), not when the chunk reported.
-    """
-    out = [0.0] * len(points)
-    later = 0.0
-    for i in range(len(points) - 1, -1, -1):
-        committed, seconds = points[i]
-        if i + 1 < len(points) and points[i + 1][0] != committed:
-            later = 0.0
-        out[i] = committed - later
-        later += seconds
-    return out
 
 
 def chunk_costs(jobs: list[SimJob], live_seconds: dict[int, list[float]],

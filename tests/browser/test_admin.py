@@ -12,6 +12,7 @@ from playwright.sync_api import Page, expect
 from backend.core.models import Role
 from tests.browser.helpers import PHONE, Account, api_client, screenshot, sign_in
 from tests.utils.portal import Portal
+from tests.utils.waiting import wait_until
 
 
 def test_admin_lowers_a_quota_and_a_submission_over_it_is_refused(
@@ -25,7 +26,7 @@ def test_admin_lowers_a_quota_and_a_submission_over_it_is_refused(
     row = page.locator("#tenants-table tr[data-tenant='quota-team']")
     expect(row).to_be_visible()
     row.get_by_role("button", name="Edit quotas of quota-team").click()
-    expect(page.get_by_label("Slots")).to_be_focused()
+    expect(page.get_by_label("Slots", exact=True)).to_be_focused()
     active = page.get_by_label("Active jobs")
 
     # Validated in the page first.
@@ -105,3 +106,37 @@ def test_member_cannot_open_the_admin_page(
         screenshot(page, "admin-not-allowed")
     with api_client(browser_portal, member) as api:
         assert api.get("/api/v1/admin/tenants").status_code == 403
+
+
+def test_platform_admin_replays_recent_history_under_other_policies(
+        page: Page, accounts: Callable[..., Account], browser_portal: Portal) -> None:
+    admin = accounts("root@platform.test", tenant="platform", role=Role.platform_admin)
+    member = accounts("wendy@what-if.test", tenant="what-if")
+    with api_client(browser_portal, member) as api:
+        ids = [api.post("/api/v1/jobs", json={
+            "algorithm": "logistic_regression", "dataset": "digits", "seed": k,
+            "stopping": {"max_iterations": 30, "tolerance": None}}).json()["id"]
+            for k in range(3)]
+        wait_until(lambda: all(api.get(f"/api/v1/jobs/{i}").json()["status"] == "completed"
+                               for i in ids), 180, "the member's jobs to complete")
+    sign_in(page, admin, "/admin")
+    page.get_by_label("Jobs submitted in").select_option("1")
+    page.get_by_label("las", exact=True).uncheck()
+    page.get_by_role("button", name="Replay").click()
+    table = page.get_by_test_id("what-if-table")
+    expect(table.locator("tbody th")).to_have_text(["as it ran", "fair", "slaq"])
+    expect(table.locator("caption")).to_contain_text("completed jobs on 2 slots")
+    # Changes are against the policy in force, simulated: not against itself.
+    expect(table.locator("caption")).to_contain_text("change against fair, the policy in force")
+    expect(table.locator("tbody tr").nth(1)).not_to_contain_text("%")
+    expect(table.locator("tbody tr").nth(2)).to_contain_text(re.compile(r"% (better|worse)"))
+    for chart in ("what-if-timeline", "what-if-cdf"):
+        expect(page.get_by_test_id(chart).locator(".scatterlayer .trace")).to_have_count(3)
+    page.get_by_test_id("what-if-timeline").scroll_into_view_if_needed()
+    screenshot(page, "admin-what-if")
+
+    # Nothing to compare with: the page says so and sends nothing.
+    for name in ("fair", "slaq"):
+        page.get_by_label(name, exact=True).uncheck()
+    page.get_by_role("button", name="Replay").click()
+    expect(page.locator("#what-if-result")).to_contain_text("Choose at least one policy")

@@ -6,6 +6,7 @@ rule here fails ``test_every_route_has_a_rule``.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -79,6 +80,21 @@ class World:
             if pause:
                 assert c.post(f"/api/v1/experiments/{experiment}/pause").status_code == 200
         return experiment
+
+    @functools.cached_property
+    def completed_job(self) -> int:
+        """A short job of tenant alpha run to completion (what a what-if replays)."""
+        with self.client("member") as c:
+            resp = c.post("/api/v1/jobs", json={
+                "algorithm": "logistic_regression", "dataset": "iris",
+                "stopping": {"max_iterations": 20, "tolerance": None}})
+            assert resp.status_code == 201, resp.text
+            job = int(resp.json()["id"])
+            deadline = time.monotonic() + 120
+            while c.get(f"/api/v1/jobs/{job}").json()["status"] != "completed":
+                assert time.monotonic() < deadline, "the job did not complete in 120 s"
+                time.sleep(0.2)
+        return job
 
     def trained_job(self) -> int:
         """A job of tenant alpha with a checkpoint: trained until its first chunk is stored."""
@@ -175,6 +191,10 @@ def platform_only(code: int) -> dict[str, int]:
 
 def _unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+def _what_if(_completed: int) -> tuple[str, str, dict[str, Any]]:
+    return "POST", "/api/v1/admin/what-if", {"hours": 1, "slots": 2, "policies": ["fair"]}
 
 
 RULES: dict[tuple[str, str], Case] = {
@@ -301,6 +321,8 @@ RULES: dict[tuple[str, str], Case] = {
         lambda w: ("PATCH", f"/api/v1/admin/pools/{w.new_pool()}", {"reserved_for": ["alpha"]}),
         platform_only(200)),
     ("GET", "/api/v1/health"): (lambda w: ("GET", "/api/v1/health", None), everyone(200)),
+    ("POST", "/api/v1/admin/what-if"): (
+        lambda w: _what_if(w.completed_job), platform_only(200)),
 }
 
 

@@ -7,6 +7,7 @@
 import { api, ApiError, fieldErrors } from "../api.js";
 import { $, clear, formatNumber, formatTime, h, notice } from "../dom.js";
 import { ROLE_LABELS, startPage } from "../layout.js";
+import { whatIfSection } from "../what-if.js";
 
 const QUOTAS = [
   { name: "max_slots", label: "Slots", usage: "running_slots", type: "int", minimum: 0, maximum: 10000, help: "Chunks in flight at once." },
@@ -494,6 +495,8 @@ function skeleton() {
       h("div", { id: "admin-tokens" }, notice("loading", "Loading tokens…"))),
     h("section", { class: "panel", "aria-labelledby": "policy-title" },
       h("h2", { id: "policy-title" }, "Scheduling policy"), h("div", { id: "policy" })),
+    canEdit ? h("section", { class: "panel", "aria-labelledby": "what-if-title" },
+      h("h2", { id: "what-if-title" }, "What if?"), whatIfSection()) : null,
     h("section", { class: "panel", "aria-labelledby": "audit-title" },
       h("h2", { id: "audit-title" }, "Audit log"), h("div", { id: "audit" })),
   );

@@ -1,0 +1,93 @@
+"""What would the portal's recent history have looked like under other policies?
+
+Replays :func:`backend.services.portal_trace.record_portal_workload`'s
+workload (the jobs as submitted, with their real curves, speeds and chunk
+costs) in the simulator under each policy asked for, and scores the real
+history with the same metrics next to them. The tenants' current slot quotas
+and share weights apply. The answer holds the figures and the series the
+admin page charts (the CLI writes the same charts as an HTML report).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlmodel import Session, select
+
+from backend.core.models import Tenant
+from backend.scheduling.metrics import Figures, figures, mean_loss_timeline, time_to_fraction
+from backend.scheduling.registry import POLICIES
+from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
+from backend.scheduling.types import TenantView
+from backend.services.portal_trace import PortalWorkload
+
+DEFAULT_POLICIES = ("fair", "las", "slaq")
+REPLAYABLE = tuple(sorted(POLICIES))
+"""Every registry policy, ``oracle`` included (it is handed the recorded curves)."""
+TIMELINE_POINTS = 300
+
+
+class NothingToReplay(ValueError):
+    """No job of the window completed."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    label: str
+    result: SimResult
+    figures: Figures
+
+
+def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
+           chunk_seconds: float, tenants: Mapping[int, TenantView] | None = None
+           ) -> list[Replay]:
+    """The workload as it ran, then under each of ``policies``."""
+    if not workload.trace.arrivals:
+        raise NothingToReplay("No job submitted in that window has completed yet: "
+                              "nothing to replay.")
+    check_policies(policies)
+    arrivals = list(workload.trace.arrivals)
+    config = SimConfig(slots=slots, chunk_seconds=chunk_seconds, tenants=dict(tenants or {}))
+    out = [Replay("as run", workload.as_run, figures(workload.as_run))]
+    for name in policies:
+        result = simulate(build_policy(name, workload.trace, arrivals), workload.trace,
+                          arrivals, config)
+        out.append(Replay(name, result, figures(result)))
+    return out
+
+
+def check_policies(policies: Sequence[str]) -> None:
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}; choose from {', '.join(REPLAYABLE)}")
+
+
+def report(workload: PortalWorkload, replays: Sequence[Replay]) -> dict[str, Any]:
+    """JSON for the admin page: figures per run and the series it charts."""
+    return {
+        "jobs": len(workload.trace.arrivals),
+        "since": workload.since.isoformat(),
+        "until": workload.until.isoformat(),
+        "left_out": workload.left_out,
+        "runs": [{"label": r.label, "figures": r.figures.as_dict(),
+                  "timeline": _timeline(r.result), "t90": _t90(r.result)} for r in replays],
+    }
+
+
+def _timeline(result: SimResult) -> dict[str, list[float]]:
+    t, mean = mean_loss_timeline(result, TIMELINE_POINTS)
+    return {"seconds": [round(v, 3) for v in t], "mean_norm_loss": [round(v, 5) for v in mean]}
+
+
+def _t90(result: SimResult) -> list[float]:
+    """Seconds from arrival to 90% of each job's loss reduction, sorted (a CDF)."""
+    return [round(float(v), 3) for v in np.sort([time_to_fraction(j, 0.9) for j in result.jobs])]
+
+
+def tenant_views(session: Session) -> dict[int, TenantView]:
+    """Every tenant's current slot quota and share weight, as the scheduler sees them."""
+    return {t.id: TenantView(t.id, t.max_slots, t.share_weight, dict(t.pool_slots or {}))
+            for t in session.exec(select(Tenant)) if t.id is not None}

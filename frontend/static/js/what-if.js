@@ -1,0 +1,114 @@
+// The admin page's what-if replay: the portal's recent completed jobs,
+// simulated under other policies next to how they actually ran
+// (POST /api/v1/admin/what-if). Platform admins only: it spans every tenant.
+
+import { api } from "./api.js";
+import { baseLayout, chartColors, onThemeChange, PLOT_CONFIG, themedAxis, valueAxis } from "./charts.js";
+import { $, clear, formatDuration, formatNumber, formatValue, h, notice } from "./dom.js";
+
+const WINDOWS = [["1", "the last hour"], ["24", "the last 24 hours"], ["168", "the last 7 days"]];
+const POLICIES = ["fair", "las", "slaq", "fifo", "slaq-classic", "oracle"];
+const DEFAULT_POLICIES = new Set(["fair", "las", "slaq"]);
+const FIGURES = [
+  ["avg_norm_loss", "Avg normalised loss", formatValue],
+  ["t95_mean", "Time to 95% (mean)", formatDuration],
+  ["mean_completion", "Mean completion", formatDuration],
+  ["makespan", "Makespan", formatDuration],
+];
+
+let last = null;
+
+/** The section's form; results appear under it. */
+export function whatIfSection() {
+  const hours = h("select", { id: "what-if-hours", name: "hours" },
+    WINDOWS.map(([value, label]) => h("option", { value }, label)));
+  hours.value = "24";
+  const slots = h("input", { id: "what-if-slots", name: "slots", type: "number", min: "1", max: "4096", placeholder: "as now", "aria-describedby": "what-if-slots-help" });
+  const boxes = POLICIES.map((p) => h("label", { class: "inline-check" },
+    h("input", { type: "checkbox", name: "policy", value: p, checked: DEFAULT_POLICIES.has(p) }), ` ${p}`));
+  const button = h("button", { type: "submit", class: "btn btn-primary" }, "Replay");
+  const form = h("form", { id: "what-if-form", class: "toolbar" },
+    h("div", { class: "field" }, h("label", { for: "what-if-hours" }, "Jobs submitted in"), hours),
+    h("div", { class: "field" }, h("label", { for: "what-if-slots" }, "Worker slots"), slots,
+      h("span", { class: "help", id: "what-if-slots-help" }, "empty: the slots up now")),
+    h("fieldset", {}, h("legend", {}, "Policies to compare"), h("div", { class: "chart-tools" }, boxes)),
+    button);
+  const out = h("div", { id: "what-if-result", "aria-live": "polite" });
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const policies = [...form.querySelectorAll("input[name=policy]:checked")].map((b) => b.value);
+    if (!policies.length) {
+      clear(out, notice("error", "Choose at least one policy to compare."));
+      return;
+    }
+    const body = { hours: Number(hours.value), policies };
+    if (slots.value) body.slots = Number(slots.value);
+    button.disabled = true;
+    clear(out, notice("loading", "Replaying the completed jobs in the simulator…"));
+    try {
+      last = await api("/api/v1/admin/what-if", { method: "POST", body });
+      render(out, last);
+    } catch (err) {
+      clear(out, notice("error", `Could not replay: ${err.message}`));
+    } finally {
+      button.disabled = false;
+    }
+  });
+  onThemeChange(() => { if (last) render(out, last); });
+  return [
+    h("p", { class: "small subtle" },
+      "What would the portal's recent history have looked like under another policy? ",
+      "Every job submitted in the window that completed is replayed in the simulator with its real loss curve, ",
+      "speed and chunk cost, the tenants' current quotas, and the portal's chunk length, next to how it actually ran. ",
+      "How it ran also holds what the simulator does not model (worker start-up, waiting for scheduler rounds), ",
+      "so compare the policies with each other and read that row as the reference."),
+    form, out,
+  ];
+}
+
+function render(out, data) {
+  const runs = data.runs;
+  const asRun = runs.find((r) => r.label === "as run");
+  // Simulated runs compare with each other: the live history also holds costs
+  // the simulator does not see, so it is the baseline only when the policy in
+  // force was not simulated.
+  const inForce = runs.find((r) => r.label === data.active_policy);
+  const base = inForce || asRun;
+  const baseName = inForce ? `${inForce.label}, the policy in force, simulated` : "how they ran";
+  const skipped = Object.entries(data.left_out || {}).map(([why, n]) => `${n} ${why}`).join(", ");
+  const change = (run, key) => {
+    const from = base.figures[key];
+    if (run === base || run === asRun || !from) return "";
+    const pct = (100 * (from - run.figures[key])) / from;
+    return ` (${formatNumber(Math.abs(Math.round(pct)))}% ${pct >= 0 ? "better" : "worse"})`;
+  };
+  const table = h("div", { class: "table-wrap" }, h("table", { "data-testid": "what-if-table" },
+    h("caption", {}, `${formatNumber(data.jobs)} completed jobs on ${data.slots} slots, ${data.chunk_seconds} s chunks; lower is better, change against ${baseName}`),
+    h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Run"), FIGURES.map(([, label]) => h("th", { scope: "col" }, label)))),
+    h("tbody", {}, runs.map((run) => h("tr", {},
+      h("th", { scope: "row" }, run === asRun ? "as it ran" : run.label),
+      FIGURES.map(([key, , fmt]) => h("td", { class: "num" }, fmt(run.figures[key]), h("span", { class: "subtle" }, change(run, key)))))))));
+  const timeline = h("div", { class: "chart", "data-testid": "what-if-timeline", role: "img", "aria-label": "Mean normalised loss of the active jobs over time, per run" });
+  const cdf = h("div", { class: "chart", "data-testid": "what-if-cdf", role: "img", "aria-label": "Share of jobs that reached 90% of their loss reduction, by seconds since arrival, per run" });
+  clear(out, skipped ? notice("info", `Left out: ${skipped}.`) : null, table, timeline, cdf);
+  const c = chartColors();
+  const margin = { l: 60, r: 16, t: 40, b: 48 };
+  const legend = { orientation: "h", x: 0, y: -0.2 };
+  const dash = (run) => (run === asRun ? "dot" : "solid");
+  Plotly.react(timeline, runs.map((run) => ({
+    x: run.timeline.seconds, y: run.timeline.mean_norm_loss, mode: "lines", name: run.label,
+    line: { dash: dash(run), width: run === asRun ? 2.5 : 1.8 },
+  })), baseLayout({
+    title: { text: "Mean normalised loss of active jobs", font: { size: 14, color: c.ink } }, margin, legend,
+    xaxis: themedAxis({ title: { text: "seconds since the first job arrived" } }),
+    yaxis: valueAxis({ title: { text: "normalised loss" }, rangemode: "tozero" }),
+  }), PLOT_CONFIG);
+  Plotly.react(cdf, runs.map((run) => ({
+    x: run.t90, y: run.t90.map((_, i) => (i + 1) / run.t90.length), mode: "lines", line: { shape: "hv", dash: dash(run) }, name: run.label,
+  })), baseLayout({
+    title: { text: "Jobs that reached 90% of their loss reduction", font: { size: 14, color: c.ink } }, margin, legend,
+    xaxis: themedAxis({ title: { text: "seconds since arrival" } }),
+    yaxis: valueAxis({ title: { text: "share of jobs" }, range: [0, 1.02] }),
+  }), PLOT_CONFIG);
+  $("#what-if-result").dataset.runs = String(runs.length);
+}

@@ -1,0 +1,130 @@
+"""What-if replay of the portal's own history: jobs that ran on real workers
+are recorded with ``slaq record-trace --from-portal``, replayed by ``slaq
+simulate`` into a report, and by the admin route for platform admins only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.core.models import Role, as_utc
+from backend.scheduling.trace import load_trace
+from tests.utils.portal import Portal, make_user_token, token_client
+from tests.utils.waiting import wait_until
+
+JOBS = 4
+
+
+@pytest.fixture(scope="module")
+def history(portal: Portal) -> Iterator[dict[str, Any]]:
+    """Four small jobs run to completion on the portal's workers, and one cancelled."""
+    token = make_user_token(portal.db_url, tenant="replayed", email="r@replayed.test")
+    with token_client(portal, token) as api:
+        ids = []
+        for k in range(JOBS):
+            spec = {"algorithm": "logistic_regression", "dataset": "digits", "seed": k,
+                    "params": {"learning_rate": 0.05 * (k + 1)},
+                    "stopping": {"max_iterations": 40 + 10 * k, "tolerance": None}}
+            made = api.post("/api/v1/jobs", json=spec)
+            assert made.status_code == 201, made.text
+            ids.append(made.json()["id"])
+        long = api.post("/api/v1/jobs", json={
+            "algorithm": "mlp", "dataset": "digits",
+            "stopping": {"max_iterations": 100_000, "tolerance": None}}).json()["id"]
+
+        def done() -> list[dict[str, Any]] | None:
+            jobs = [api.get(f"/api/v1/jobs/{i}").json() for i in ids]
+            return jobs if all(j["status"] == "completed" for j in jobs) else None
+
+        jobs = wait_until(done, 120, "the small jobs to complete")
+        assert api.post(f"/api/v1/jobs/{long}/cancel").status_code == 200
+        losses = {j["id"]: api.get(f"/api/v1/jobs/{j['id']}/losses",
+                                   params={"max_points": 100_000}).json() for j in jobs}
+    yield {"jobs": jobs, "losses": losses, "cancelled": long}
+
+
+def _slaq(portal: Portal, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "backend.cli", *args], env=portal.env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_recorded_history_replays_into_a_report(portal: Portal, history: dict[str, Any],
+                                                tmp_path: Path) -> None:
+    out = tmp_path / "history.json"
+    recorded = _slaq(portal, "record-trace", "--from-portal", "--since", "1h", "--out", str(out))
+    assert recorded.returncode == 0, recorded.stderr
+    assert f"wrote {JOBS} completed jobs" in recorded.stdout
+    assert "1 not completed (cancelled)" in recorded.stdout
+    trace = load_trace(out)
+    by_id = {c.id: c for c in trace.curves}
+    assert set(by_id) == {f"job-{j['id']}" for j in history["jobs"]}
+    for job in history["jobs"]:
+        curve, live = by_id[f"job-{job['id']}"], history["losses"][job["id"]]
+        assert live["iterations"] == list(range(1, curve.iterations + 1))
+        assert curve.losses == pytest.approx(live["losses"], rel=1e-5)  # 6 digits kept
+        assert curve.params == job["params"] and curve.seed == job["seed"]
+        assert curve.chunk_overhead_seconds > 0
+    times = [a.time for a in trace.arrivals]
+    assert times[0] == 0 and times == sorted(times)
+
+    report = tmp_path / "what-if.html"
+    replayed = _slaq(portal, "simulate", "--trace", str(out), "--slots", "2", "--policy", "fair",
+                     "--policy", "slaq", "--report", str(report))
+    assert replayed.returncode == 0, replayed.stderr
+    assert f"{out.name}, 2 slots, its {JOBS} recorded arrivals" in replayed.stdout
+    html = report.read_text()
+    assert "Plotly.newPlot" in html and f"its {JOBS} recorded arrivals" in html
+    as_json = _slaq(portal, "simulate", "--trace", str(out), "--slots", "2", "--policy", "las",
+                    "--json")
+    figures = json.loads(as_json.stdout)["las"]
+    assert figures["makespan"] > 0 and figures["mean_completion"] > 0
+
+
+def test_a_platform_admin_replays_the_last_hours(portal: Portal,
+                                                 history: dict[str, Any]) -> None:
+    admin = make_user_token(portal.db_url, tenant="ops", email="ops@ops.test",
+                            role=Role.platform_admin)
+    with token_client(portal, admin) as api:
+        answer = api.post("/api/v1/admin/what-if", json={"hours": 1, "policies": ["fair", "slaq"]})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert [r["label"] for r in body["runs"]] == ["as run", "fair", "slaq"]
+        assert body["jobs"] == JOBS and body["slots"] == 2  # the slots up now
+        assert body["left_out"] == {"not completed (cancelled)": 1}
+        assert body["chunk_seconds"] == float(portal.env["CHUNK_SECONDS"])
+        assert body["active_policy"] == portal.env["POLICY"]
+        # As it ran: the real completion times, scored by the simulator's metrics.
+        real = [_seconds(j["finished_at"]) - _seconds(j["created_at"]) for j in history["jobs"]]
+        as_run = body["runs"][0]
+        assert as_run["figures"]["mean_completion"] == pytest.approx(sum(real) / JOBS, rel=1e-3)
+        for run in body["runs"]:
+            assert len(run["t90"]) == JOBS and run["t90"] == sorted(run["t90"])
+            assert len(run["timeline"]["seconds"]) == len(run["timeline"]["mean_norm_loss"]) > 0
+
+        bad = api.post("/api/v1/admin/what-if", json={"hours": 0})
+        assert bad.status_code == 422
+        unknown = api.post("/api/v1/admin/what-if", json={"policies": ["nope"]})
+        assert unknown.status_code == 422 and "unknown policy 'nope'" in unknown.text
+        empty = api.post("/api/v1/admin/what-if", json={"hours": 1e-6})
+        assert empty.status_code == 422
+        assert "No job submitted in that window has completed" in empty.json()["detail"]
+
+
+@pytest.mark.parametrize("role", [Role.member, Role.tenant_admin])
+def test_only_platform_admins_replay_every_tenants_history(portal: Portal, role: Role) -> None:
+    token = make_user_token(portal.db_url, tenant="replayed", email=f"{role}@replayed.test",
+                            role=role)
+    with token_client(portal, token) as api:
+        refused = api.post("/api/v1/admin/what-if", json={})
+    assert refused.status_code == 403, refused.text
+
+
+def _seconds(iso: str) -> float:
+    return as_utc(datetime.fromisoformat(iso.replace("Z", "+00:00"))).timestamp()
