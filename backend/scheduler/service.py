@@ -43,7 +43,7 @@ from backend.scheduler.metrics import observe_reclaimed, observe_round
 from backend.scheduler.pools import PoolRegistry
 from backend.scheduler.state import JobState
 from backend.scheduling.allocation import Rejected, chunk_iterations, split_grants
-from backend.scheduling.experiment_focus import focus
+from backend.scheduling.experiment_focus import Focused, focus
 from backend.scheduling.explain import (
     MetricNamedPolicy,
     WaitKind,
@@ -479,7 +479,8 @@ class Scheduler:
         if now - self._explained_at < max(EXPLAIN_EVERY_SECONDS, 10 * self._explain_cost):
             return
         self._explained_at = now
-        waiting = explain_waiting(policy, snapshot)
+        # Explained as granted: with each experiment's focus applied.
+        waiting = explain_waiting(Focused(policy, lambda: self.stopper.standings), snapshot)
         chunk = self.chunk_seconds_recent()
         held = waiting_for_pools(snapshot, [j for j in snapshot.jobs if j.job_id in waiting])
         for job_id, reason in held.items():

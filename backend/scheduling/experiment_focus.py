@@ -20,12 +20,12 @@ running it on makes it finish soonest.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from backend.scheduling.allocation import chunk_iterations
 from backend.scheduling.early_stopping import RuleConfig, Trial
-from backend.scheduling.types import Grant, JobView, Snapshot
+from backend.scheduling.types import Grant, JobView, Policy, Snapshot
 
 
 @dataclass(frozen=True)
@@ -99,3 +99,17 @@ def _reason(standing: Standing, ranked: int, instead: Standing) -> str:
     return (f"experiment focus: {standing.text}, the best of its experiment's waiting "
             f"configurations; the policy gave this slot to the experiment's job {ranked} "
             f"({instead.text})")
+
+
+class Focused:
+    """``policy`` with :func:`focus` applied to every ranking it makes, from
+    the ``standings`` current when it ranks: what the simulator schedules by,
+    and what the live scheduler explains the queue with."""
+
+    def __init__(self, policy: Policy, standings: Callable[[], Mapping[int, Standing]]) -> None:
+        self.policy = policy
+        self.standings = standings
+        self.name = policy.name
+
+    def allocate(self, snapshot: Snapshot) -> list[Grant]:
+        return focus(snapshot, self.policy.allocate(snapshot), self.standings())

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from backend.scheduling.early_stopping import RuleConfig, Trial, decide, predict_final
-from backend.scheduling.experiment_focus import Standing, focus, standings
+from backend.scheduling.experiment_focus import Standing, standings
 from backend.scheduling.predictor import LossPredictor
 from backend.scheduling.simulator import SimJob
-from backend.scheduling.types import Grant, Policy, Snapshot
 
 POINT_EVERY = 10
 """On the training loss the rule sees every 10th loss (and the last): what an
@@ -68,19 +67,6 @@ class SweepStopper:
         """The experiment's jobs' standings for :func:`focus`, as the live
         scheduler keeps them (experiment id 0)."""
         return standings(0, self.config, self.trials)
-
-
-class FocusedPolicy:
-    """``policy`` with :func:`~backend.scheduling.experiment_focus.focus`
-    applied to its grants, as the live scheduler applies it."""
-
-    def __init__(self, policy: Policy, stopper: SweepStopper) -> None:
-        self.policy = policy
-        self.stopper = stopper
-        self.name = policy.name
-
-    def allocate(self, snapshot: Snapshot) -> list[Grant]:
-        return focus(snapshot, self.policy.allocate(snapshot), self.stopper.standings())
 
 
 def _budget(job: SimJob) -> int:

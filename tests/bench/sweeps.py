@@ -43,12 +43,13 @@ from pathlib import Path
 import numpy as np
 
 from backend.scheduling.early_stopping import RuleConfig
+from backend.scheduling.experiment_focus import Focused
 from backend.scheduling.metrics import figures
 from backend.scheduling.simulator import SimConfig, SimJob, SimResult, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve, load_trace
 from backend.scheduling.workload import Arrival, generate_workload
 from backend.simulation.cli import STANDARD_TRACE, SWEEP_TRACES
-from backend.simulation.sweep_stopping import FocusedPolicy, SweepStopper
+from backend.simulation.sweep_stopping import SweepStopper
 
 SMOOTH = 20
 WITHIN = 0.01
@@ -147,7 +148,7 @@ def run(case: Case, label: str, policy_name: str, rule: str) -> dict[str, float]
     stopper = None if rule == "none" else SweepStopper(config, range(n))
     policy = build_policy(policy_name, trace, arrivals)
     if stopper is not None:
-        policy = FocusedPolicy(policy, stopper)  # focus acts for predictive rules only
+        policy = Focused(policy, stopper.standings)  # it acts for predictive rules only
     result = simulate(policy, trace, arrivals, SimConfig(slots=case.slots), stopper=stopper)
     experiment, others = result.jobs[:n], result.jobs[n:]
     best_id, target = best_final(sweep, case.objective)

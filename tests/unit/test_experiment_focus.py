@@ -3,8 +3,12 @@ its leading waiting configurations, and nobody else's grants move."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from backend.scheduling.early_stopping import RuleConfig, Trial
-from backend.scheduling.experiment_focus import Standing, focus, standings
+from backend.scheduling.experiment_focus import Focused, Standing, focus, standings
+from backend.scheduling.explain import explain_waiting
+from backend.scheduling.registry import make_policy
 from backend.scheduling.types import Grant, JobView, LossPoint, Requirements, Snapshot
 
 SPI = 0.01  # seconds per iteration of every job here: 1 s chunks are 100 iterations
@@ -97,3 +101,15 @@ def test_standings_rank_extrapolated_jobs_of_predictive_experiments_by_latest_va
     # the extrapolation says of job 1.
     assert ranked[3].score < ranked[1].score
     assert ranked[3].text == "its latest val_accuracy 0.8 (iteration 300)"
+
+
+def test_the_queue_is_explained_as_it_will_be_granted() -> None:
+    # FIFO ranks job 1 first; the experiment's leader is job 3.
+    jobs = replace(snapshot(view(1), view(2), view(3)), free_slots=0)
+    ranks = {1: standing(7, 0.5), 2: standing(7, 0.4), 3: standing(7, 0.1)}
+    plain = explain_waiting(make_policy("fifo"), jobs)
+    focused = explain_waiting(Focused(make_policy("fifo"), lambda: ranks), jobs)
+    assert plain[1].position == 1 and plain[3].position == 3
+    assert [focused[i].position for i in (3, 2, 1)] == [1, 2, 3]
+    assert focused[3].policy_reason.startswith("experiment focus: its latest loss 0.1")
+
