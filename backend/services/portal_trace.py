@@ -18,6 +18,7 @@ person stopped it, which no policy would reproduce.
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -103,18 +104,22 @@ def record_portal_workload(session: Session, since: datetime, until: datetime, *
             select(col(Job.status), func.count()).where(in_window)
             .where(col(Job.status) != JobStatus.completed).group_by(col(Job.status))).all():
         left_out[f"not completed ({status})"] = int(count)
-    jobs = list(session.execute(
-        select(Job).where(in_window).where(col(Job.status) == JobStatus.completed)
-        .order_by(col(Job.created_at), col(Job.id))).scalars())
-    if len(jobs) > max_jobs:
+    completed = in_window & (col(Job.status) == JobStatus.completed)
+    # Counted before anything is loaded: a month of a busy portal is refused
+    # at the cost of one aggregate query.
+    count, points_total = session.execute(
+        select(func.count(), func.coalesce(func.sum(col(Job.iterations_done)), 0))
+        .where(completed)).one()
+    if count > max_jobs:
         raise WorkloadTooLarge(
-            f"{len(jobs)} completed jobs arrived in that window; a replay takes at most "
+            f"{count} completed jobs arrived in that window; a replay takes at most "
             f"{max_jobs}: choose a shorter window")
-    points_total = sum(j.iterations_done for j in jobs)
     if points_total > max_points:
         raise WorkloadTooLarge(
-            f"the {len(jobs)} completed jobs of that window ran {points_total:,} iterations; "
+            f"the {count} completed jobs of that window ran {points_total:,} iterations; "
             f"a replay reads at most {max_points:,}: choose a shorter window")
+    jobs = list(session.execute(
+        select(Job).where(completed).order_by(col(Job.created_at), col(Job.id))).scalars())
     losses = _loss_points(session, [j.id for j in jobs if j.id is not None])
     grants = _grant_times(session, [j.id for j in jobs if j.id is not None])
     t0 = _epoch(jobs[0].created_at) if jobs else 0.0
@@ -129,6 +134,9 @@ def record_portal_workload(session: Session, since: datetime, until: datetime, *
             continue
         if [r[0] for r in rows] != list(range(1, len(rows) + 1)):
             _count(left_out, "loss history incomplete")
+            continue
+        if not all(math.isfinite(r[1]) for r in rows):
+            _count(left_out, "non-finite losses")
             continue
         committed = [(_epoch(r[3]) - t0, float(r[2])) for r in rows]
         overhead = chunk_overhead([g - t0 for g in grants.get(job.id, [])], committed)

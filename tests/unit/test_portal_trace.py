@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from backend.core.db import engine_for, migrate
 from backend.core.models import Decision, Job, JobStatus, LossRecord, Tenant, User
@@ -91,6 +91,12 @@ def test_completed_jobs_become_curves_with_their_arrivals(db_url: str, tmp_path:
         portal.chunk(gap, range(4, 6), granted=7.6, committed=7.9)
         lone = portal.job(8, JobStatus.completed, finished=9)
         portal.chunk(lone, range(1, 2), granted=8.1, committed=8.5)
+        broken = portal.job(9, JobStatus.completed, finished=10)
+        portal.chunk(broken, range(1, 4), granted=9.1, committed=9.5)
+        overflowed = session.exec(select(LossRecord).where(LossRecord.job_id == broken)).first()
+        assert overflowed is not None
+        overflowed.loss = float("inf")
+        session.commit()
 
         workload = record_portal_workload(session, T0, _at(3600))
 
@@ -107,7 +113,8 @@ def test_completed_jobs_become_curves_with_their_arrivals(db_url: str, tmp_path:
                                                              (5.0, curve_b.id)]
     assert trace.arrivals[1].tenant_id != trace.arrivals[0].tenant_id
     assert workload.left_out == {"not completed (cancelled)": 1, "not completed (queued)": 1,
-                                 "loss history incomplete": 1, "fewer than two loss points": 1}
+                                 "loss history incomplete": 1, "fewer than two loss points": 1,
+                                 "non-finite losses": 1}
 
     # As it ran: each point dated back from its commit by the compute after it.
     ran = workload.as_run.jobs[0]
