@@ -36,9 +36,9 @@ MAX_JOBS = 2000
 MAX_POINTS = 1_000_000
 """Loss points one replay may read (a few tens of MB in memory)."""
 UNMEASURED_OVERHEAD = 0.05
-"""Seconds a chunk costs beyond its iterations when the decision log cannot
-tell (a job whose grants were pruned): the live figure measured on this
-portal's small jobs (docs/scheduling.md, per-chunk overhead)."""
+"""Seconds a chunk costs beyond its iterations when the decision log holds
+no grant before its points: the live figure measured on this portal's small
+jobs (docs/scheduling.md, per-chunk overhead)."""
 _BATCH = 500
 
 

@@ -4,7 +4,7 @@
 
 import { api } from "./api.js";
 import { baseLayout, chartColors, onThemeChange, PLOT_CONFIG, themedAxis, valueAxis } from "./charts.js";
-import { $, clear, formatDuration, formatNumber, formatValue, h, notice } from "./dom.js";
+import { clear, formatDuration, formatNumber, formatValue, h, notice } from "./dom.js";
 
 const WINDOWS = [["1", "the last hour"], ["24", "the last 24 hours"], ["168", "the last 7 days"]];
 const POLICIES = ["fair", "las", "slaq", "fifo", "slaq-classic", "oracle"];
@@ -110,5 +110,4 @@ function render(out, data) {
     xaxis: themedAxis({ title: { text: "seconds since arrival" } }),
     yaxis: valueAxis({ title: { text: "share of jobs" }, range: [0, 1.02] }),
   }), PLOT_CONFIG);
-  $("#what-if-result").dataset.runs = String(runs.length);
 }
