@@ -110,6 +110,10 @@ class SimConfig:
     charge_decisions: bool = False
     decision_seconds: float | None = None
     ranking_extra: int = RANKING_EXTRA
+    history_points: int | None = None
+    """Policies see at most this many of a job's newest loss points, and its
+    initial loss, as the live scheduler's history cache holds them; ``None``:
+    the whole history."""
 
 
 @dataclass
@@ -137,6 +141,7 @@ class SimJob:
     chunk_pools: list[str] = field(default_factory=list)
     # Recorded seconds are divided by this for the chunk in flight (its pool's speed-up).
     speed: float = 1.0
+    history_points: int | None = None
     _view: JobView | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -155,11 +160,16 @@ class SimJob:
         if self._view is not None and (
                 self.done or self._view.estimated_seconds_per_iteration == estimate):
             return self._view
+        losses: list[LossPoint] = self.points
+        initial = None
+        if self.history_points is not None and len(losses) > self.history_points:
+            losses, initial = losses[-self.history_points:], losses[0].loss
         self._view = JobView(
             job_id=self.job_id, tenant_id=self.tenant_id, submitted_at=self.arrival,
             iterations_done=self.done, max_iterations=max(self.curve.max_iterations,
                                                            self.curve.iterations),
-            losses=self.points, running=self.running, attained_seconds=self.attained,
+            losses=losses, initial_loss=initial, running=self.running,
+            attained_seconds=self.attained,
             waiting_since=self.waiting_since, chunks_run=self.chunks,
             requirements=self.requirements, pool=self.pool,
             estimated_seconds_per_iteration=estimate,
@@ -249,7 +259,8 @@ def simulate(
     """
     needs = requirements or {}
     jobs = [SimJob(a.index, trace.curve(a.curve_id), a.tenant_id, a.time, waiting_since=a.time,
-                   requirements=needs.get(a.index, Requirements()))
+                   requirements=needs.get(a.index, Requirements()),
+                   history_points=config.history_points)
             for a in arrivals]
     if [j.job_id for j in jobs] != list(range(len(jobs))):
         raise ValueError("arrival indices must be 0..n-1 in order")

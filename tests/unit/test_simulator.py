@@ -177,3 +177,39 @@ def test_first_chunk_is_sized_from_jobs_of_the_same_kind() -> None:
     # 0.5 s at 0.01 s an iteration (49 when the averaged seconds round up).
     assert first_chunk[0] == 10 and first_chunk[2] == 10
     assert first_chunk[1] in (49, 50)
+
+
+class Watching:
+    """FIFO that records, per decision, each waiting job's visible history."""
+
+    name = "watching"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int, float | None, float]] = []
+
+    def allocate(self, snapshot: Snapshot) -> list[Grant]:
+        waiting = sorted(snapshot.waiting(), key=lambda j: j.job_id)
+        for job in waiting:
+            if job.losses:
+                self.seen.append((job.iterations_done, len(job.losses), job.initial_loss,
+                                  job.losses[0].loss))
+        return [Grant(j.job_id, 100, "in order") for j in waiting][: snapshot.free_slots]
+
+
+@pytest.mark.parametrize("cap", [None, 150])
+def test_policies_see_the_newest_points_the_live_cache_keeps(cap: int | None) -> None:
+    # One job of 600 iterations in chunks of 100: after each chunk the policy
+    # sees the whole history, or with a cap (the live scheduler's cache) the
+    # newest ``cap`` points and the job's first loss as its initial loss.
+    trace = tiny_trace()
+    arrivals = [Arrival(0, 0.0, "c2")]
+    policy = Watching()
+    simulate(policy, trace, arrivals, SimConfig(slots=1, history_points=cap))
+    first = trace.curve("c2").losses[0]
+    assert [done for done, *_ in policy.seen] == [100, 200, 300, 400, 500]
+    for done, shown, initial, oldest in policy.seen:
+        if cap is None or done <= cap:
+            assert (shown, initial, oldest) == (done, None, first)
+        else:
+            assert shown == cap and initial == first
+            assert oldest == trace.curve("c2").losses[done - cap]
