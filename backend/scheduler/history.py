@@ -21,10 +21,8 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from backend.core.models import LossRecord, MetricRecord
-from backend.scheduling.types import LossPoint
+from backend.scheduling.types import LIVE_HISTORY_POINTS, LossPoint
 
-# Points kept per job: enough for every predictor window, bounded memory.
-KEEP_POINTS = 400
 # Training iterations whose mean duration an evaluation point carries.
 TIMING_POINTS = 50
 TRAINING_LOSS = "loss"
@@ -71,7 +69,7 @@ class HistoryCache:
         for job_id, done in evaluated.items():
             if done == 0 and job_id not in self._points:
                 # Never ran: nothing to read (no query per new job).
-                self._points[job_id] = deque(maxlen=KEEP_POINTS)
+                self._points[job_id] = deque(maxlen=LIVE_HISTORY_POINTS)
                 self._timing[job_id] = deque(maxlen=TIMING_POINTS)
             elif self._lags(job_id, done):
                 self._reload_metric(session, job_id, done)
@@ -80,7 +78,7 @@ class HistoryCache:
         for job_id in unseen:
             if job_id not in with_rows:
                 # A job that never ran has no rows: no query per new job.
-                self._points[job_id] = deque(maxlen=KEEP_POINTS)
+                self._points[job_id] = deque(maxlen=LIVE_HISTORY_POINTS)
         for job_id, done in changed.items():
             points = self._points.get(job_id)
             if points is None or (done > 0 and (not points or points[-1].iteration < done)):
@@ -123,12 +121,12 @@ class HistoryCache:
             .where(col(MetricRecord.job_id) == job_id, col(MetricRecord.split) == "eval",
                    col(MetricRecord.name) == name)
             .order_by(col(MetricRecord.iteration).desc())
-            .limit(KEEP_POINTS)
+            .limit(LIVE_HISTORY_POINTS)
         ).all()
         seconds = self._seconds(job_id)
         self._points[job_id] = deque(
             (LossPoint(int(r[0]), float(r[1]), seconds) for r in reversed(rows)),
-            maxlen=KEEP_POINTS)
+            maxlen=LIVE_HISTORY_POINTS)
         self._reloaded_at[job_id] = done
         self._versions[job_id] = self._versions.get(job_id, 0) + 1
 
@@ -188,11 +186,11 @@ class HistoryCache:
             select(col(LossRecord.iteration), col(LossRecord.loss), col(LossRecord.seconds))
             .where(col(LossRecord.job_id) == job_id)
             .order_by(col(LossRecord.iteration).desc())
-            .limit(KEEP_POINTS)
+            .limit(LIVE_HISTORY_POINTS)
         ).all()
         self._points[job_id] = deque(
             (LossPoint(int(r[0]), float(r[1]), float(r[2])) for r in reversed(rows)),
-            maxlen=KEEP_POINTS,
+            maxlen=LIVE_HISTORY_POINTS,
         )
         self._versions[job_id] = self._versions.get(job_id, 0) + 1
 

@@ -110,6 +110,9 @@ class SimConfig:
     charge_decisions: bool = False
     decision_seconds: float | None = None
     ranking_extra: int = RANKING_EXTRA
+    attained_overhead: bool = True
+    """Whether a job's attained service counts its chunks' overhead; the live
+    scheduler counts its iterations' measured seconds only."""
     history_points: int | None = None
     """Policies see at most this many of a job's newest loss points, and its
     initial loss, as the live scheduler's history cache holds them; ``None``:
@@ -388,7 +391,7 @@ def simulate(
                 pool_free[pool_name] -= 1
                 if job.requirements.wants_gpu:
                     speed = pool.speedup
-            end = _start(job, grant, begin, pool_name, speed)
+            end = _start(job, grant, begin, pool_name, speed, config.attained_overhead)
             views[job.job_id] = job.view()
             fresh.get(job.kind, set()).discard(job.job_id)
             if pool_name is not None:
@@ -424,7 +427,7 @@ def _decide_pooled(policy: Policy, snapshot: Snapshot, extra: int,
 
 
 def _start(job: SimJob, grant: Grant, now: float, pool: str | None = None,
-           speed: float = 1.0) -> float:
+           speed: float = 1.0, attained_overhead: bool = True) -> float:
     """Begin a chunk on ``pool`` (``None``: no pools); returns its end time.
     Iteration times are known up front; ``speed`` divides the recorded seconds."""
     curve = job.curve
@@ -441,8 +444,9 @@ def _start(job: SimJob, grant: Grant, now: float, pool: str | None = None,
     job.speed = speed
     job.chunk_pools.append(pool or "")
     job._view = None
-    duration = overhead + float(secs.sum())
-    job.attained += duration
+    compute = float(secs.sum())
+    duration = overhead + compute
+    job.attained += duration if attained_overhead else compute
     return now + duration
 
 

@@ -12,6 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+LIVE_HISTORY_POINTS = 400
+"""A job's newest loss points the live scheduler keeps in memory, so all a
+policy sees of its history live (with its initial loss): bounded memory with
+10,000 jobs. The simulator shows the same with ``SimConfig.history_points``."""
+
 
 @dataclass(frozen=True)
 class LossPoint:

@@ -21,7 +21,7 @@ from backend.core.models import Tenant
 from backend.scheduling.metrics import Figures, figures, mean_loss_timeline, time_to_fraction
 from backend.scheduling.registry import POLICIES
 from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
-from backend.scheduling.types import TenantView
+from backend.scheduling.types import LIVE_HISTORY_POINTS, TenantView
 from backend.services.portal_trace import PortalWorkload
 
 DEFAULT_POLICIES = ("fair", "las", "slaq")
@@ -50,7 +50,10 @@ def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
                               "nothing to replay.")
     check_policies(policies)
     arrivals = list(workload.trace.arrivals)
-    config = SimConfig(slots=slots, chunk_seconds=chunk_seconds, tenants=dict(tenants or {}))
+    # As the live scheduler would run them: policies see a job's newest
+    # points, and attained service counts iterations' seconds only.
+    config = SimConfig(slots=slots, chunk_seconds=chunk_seconds, tenants=dict(tenants or {}),
+                       history_points=LIVE_HISTORY_POINTS, attained_overhead=False)
     out = [Replay("as run", workload.as_run, figures(workload.as_run))]
     for name in policies:
         result = simulate(build_policy(name, workload.trace, arrivals), workload.trace,

@@ -1,7 +1,7 @@
-"""Live vs simulated: one workload, slaq vs fair and las, on real workers and
+"""Live vs simulated: workloads, slaq vs fair and las, on real workers and
 in the simulator, figures side by side.
 
-    .venv/bin/python -m tests.bench.live_compare [--jobs 16] [--load 1.5] [--seed 0]
+    .venv/bin/python -m tests.bench.live_compare [--jobs 16] [--load 1.5] [--seeds 0 ...]
 
 Each policy gets a fresh portal (2 real Celery worker slots, real Redis, an
 SQLite database). Jobs are submitted at the workload's arrival times with the
@@ -20,14 +20,25 @@ run of a configuration gives the same losses (checked and printed), and
 ``sim@live`` replays those losses with their mean measured seconds per
 iteration. Each ``sim@live`` chunk is charged the live cost beyond compute,
 fitted over every live chunk as a fixed part plus a part per iteration: a
-chunk's wall time (grant to the commit of its loss points, plus the
-scheduler's delay before the grant) less its iterations' compute seconds.
+chunk's wall time (grant to the commit of its loss points) less its
+iterations' compute seconds; each decision is charged the scheduler's
+mean delay before a grant (from the arrival or chunk end that let it run);
+the policy sees a job's newest ``LIVE_HISTORY_POINTS`` loss points, as the live
+scheduler's history cache holds them; and a job's attained service counts
+its iterations' seconds only, as live.
+Two live runs never time alike, and a schedule can turn on a few
+milliseconds, so ``sim@live`` is the mean of ``--copies`` simulations, all
+but the first with each configuration's seconds scaled by a factor drawn
+with the live runs' own timing spread; the range over the copies is printed.
+With several ``--seeds`` the slaq/fair and slaq/las ratios are also compared
+over all the workloads.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import tempfile
 import time
 from dataclasses import replace
@@ -44,6 +55,7 @@ from backend.core.models import Decision, Job, LossRecord, as_utc
 from backend.scheduling.metrics import Figures, figures
 from backend.scheduling.simulator import SimConfig, SimJob, SimResult, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve, load_trace
+from backend.scheduling.types import LIVE_HISTORY_POINTS
 from backend.scheduling.workload import Arrival, generate_workload
 from backend.services.portal_trace import iteration_times
 from backend.simulation.cli import STANDARD_TRACE
@@ -63,17 +75,20 @@ def _epoch(moment: datetime) -> float:
 
 
 ChunkCost = tuple[int, float, float]  # iterations, live compute, live wall (seconds)
-LiveCurves = dict[int, tuple[list[float], list[float]]]
-"""Per arrival index, the live job's losses and measured seconds per iteration."""
+LiveCurves = dict[int, tuple[list[float], list[float], list[float]]]
+"""Per arrival index, the live job's losses, measured seconds and commit time
+per iteration (seconds since the first arrival)."""
 
 
 def chunk_costs(jobs: list[SimJob], live_seconds: dict[int, list[float]],
-                grants: dict[int, list[tuple[float, int]]]) -> list[ChunkCost]:
+                grants: dict[int, list[tuple[float, int]]]
+                ) -> tuple[list[ChunkCost], list[float]]:
     """Each live chunk's iterations, compute seconds (its iterations' measured
-    seconds, ``live_seconds`` per job) and wall seconds:
-    from its grant to its last loss point's commit, plus the scheduler's delay
-    before the grant (from the later of the latest chunk end before it and the
-    job's own arrival or previous chunk end). ``grants`` maps a job to its
+    seconds, ``live_seconds`` per job) and wall seconds, and the scheduler's
+    delays before grants. Wall seconds:
+    from its grant to its last loss point's commit. A delay: from the later of
+    the latest chunk end before the grant and the job's own arrival or
+    previous chunk end, to the grant. ``grants`` maps a job to its
     (grant time, iterations), in chunk order; times on the jobs' clock."""
     # (granted, ready: when the job could run, ended, iterations, live compute)
     chunks: list[tuple[float, float, float, int, float]] = []
@@ -88,16 +103,17 @@ def chunk_costs(jobs: list[SimJob], live_seconds: dict[int, list[float]],
                            sum(live_seconds[job.job_id][done:last])))
             done, ready = last, ended
     ends = sorted(chunk[2] for chunk in chunks)
-    out = []
+    costs, delays = [], []
     for granted, ready, ended, iterations, live_compute in chunks:
+        costs.append((iterations, live_compute, ended - granted))
         # The slot this grant took was freed at the latest chunk end before it;
         # the job waited from then, or from when it could first run. A wait of
-        # more than a second is a policy's choice, not a cost of chunking.
+        # more than a second is a policy's choice, not the scheduler's reaction.
         before = [e for e in ends if e <= granted]
         gap = granted - max(before[-1] if before else ready, ready)
-        out.append((iterations, live_compute,
-                    ended - granted + (gap if 0 <= gap < 1.0 else 0.0)))
-    return out
+        if 0 <= gap < 1.0:
+            delays.append(gap)
+    return costs, delays
 
 
 def fit_cost(costs: list[ChunkCost]) -> tuple[float, float]:
@@ -119,7 +135,7 @@ def live_trace(trace: Trace, arrivals: list[Arrival], runs: list[LiveCurves]
     two live runs' losses (~0 when training is deterministic) and between
     the live losses and the recording."""
     curve_of = {a.index: a.curve_id for a in arrivals}
-    seen: dict[str, list[tuple[list[float], list[float]]]] = {}
+    seen: dict[str, list[tuple[list[float], list[float], list[float]]]] = {}
     for run in runs:
         for index, points in run.items():
             seen.setdefault(curve_of[index], []).append(points)
@@ -129,10 +145,10 @@ def live_trace(trace: Trace, arrivals: list[Arrival], runs: list[LiveCurves]
         if curve.id not in seen:
             continue
         losses = np.array(seen[curve.id][0][0])
-        for other, _ in seen[curve.id]:
+        for other, _, _ in seen[curve.id]:
             between = max(between, _relative(np.array(other), losses))
         recorded = max(recorded, _relative(losses, np.array(curve.losses[: len(losses)])))
-        seconds = np.mean([s for _, s in seen[curve.id]], axis=0)
+        seconds = np.mean([s for _, s, _ in seen[curve.id]], axis=0)
         curves.append(replace(curve, losses=tuple(losses.tolist()),
                               seconds=tuple(seconds.tolist())))
     return replace(trace, curves=tuple(curves)), between, recorded
@@ -151,9 +167,10 @@ def at_live_cost(trace: Trace, fixed: float, per_iteration: float) -> Trace:
 
 
 def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: float,
-             redis_url: str, root: Path) -> tuple[SimResult, LiveCurves, list[ChunkCost]]:
+             redis_url: str, root: Path
+             ) -> tuple[SimResult, LiveCurves, tuple[list[ChunkCost], list[float]]]:
     """Replays ``arrivals`` on a fresh portal; returns the result, the live
-    jobs' curves and the live chunks' costs (:func:`chunk_costs`)."""
+    jobs' curves and the live chunks' costs and delays (:func:`chunk_costs`)."""
     data = root / policy
     db_url = f"sqlite:///{data / 'live.db'}"
     portal = start_portal(data_dir=data, db_url=db_url, redis_url=redis_url, workers=SLOTS,
@@ -206,10 +223,12 @@ def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: 
                 .where(col(LossRecord.job_id) == job.id)
                 .order_by(col(LossRecord.iteration))).all()
             sim = SimJob(arrival.index, curve, arrival.tenant_id, _epoch(job.created_at) - t0)
-            sim.iteration_times = iteration_times(
-                [(_epoch(p[1]) - t0, float(p[2] or 0.0)) for p in points])
+            commits = [_epoch(p[1]) - t0 for p in points]
             live_seconds[arrival.index] = [float(p[2] or 0.0) for p in points]
-            curves[arrival.index] = ([float(p[0]) for p in points], live_seconds[arrival.index])
+            sim.iteration_times = iteration_times(list(zip(commits, live_seconds[arrival.index],
+                                                           strict=True)))
+            curves[arrival.index] = ([float(p[0]) for p in points], live_seconds[arrival.index],
+                                     commits)
             sim.finish = _epoch(job.finished_at) - t0 if job.finished_at else None
             jobs.append(sim)
     return SimResult(policy, jobs, 0, 0.0, 0), curves, chunk_costs(jobs, live_seconds, grants)
@@ -232,74 +251,173 @@ def _warm_up(api: httpx.Client) -> None:
     _wait_all_ended(api, 120)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=16)
-    parser.add_argument("--load", type=float, default=1.5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--chunk-seconds", type=float, default=0.5)
-    parser.add_argument("--trace", type=Path, default=STANDARD_TRACE)
-    args = parser.parse_args()
-    trace = load_trace(args.trace)
+POLICIES = ("fair", "las", "slaq")
+KEYS = list(Figures.__dataclass_fields__)
+
+
+def jittered(trace: Trace, spread: float, seed: int) -> Trace:
+    """``trace`` with each curve's seconds scaled by its own factor drawn
+    around 1 with the live runs' own spread: two live runs of one workload
+    never time alike, and a schedule can turn on a few milliseconds."""
+    rng = np.random.default_rng(seed)
+    return replace(trace, curves=tuple(
+        replace(c, seconds=tuple(x * max(1.0 + rng.normal(0.0, spread), 0.5)
+                                 for x in c.seconds)) for c in trace.curves))
+
+
+def timing_spread(arrivals: list[Arrival], runs: list[LiveCurves]) -> float:
+    """Median, over configurations run more than once live, of the relative
+    standard deviation of a job's total compute seconds."""
+    curve_of = {a.index: a.curve_id for a in arrivals}
+    totals: dict[str, list[float]] = {}
+    for run in runs:
+        for index, (_, seconds, _) in run.items():
+            totals.setdefault(curve_of[index], []).append(sum(seconds))
+    spreads = [float(np.std(t) / np.mean(t)) for t in totals.values() if len(t) > 1]
+    return statistics.median(spreads) if spreads else 0.0
+
+
+def ratios(rows: dict[str, Figures], kind: str, other: str) -> dict[str, float]:
+    """slaq over ``other`` per figure, for the runs of ``kind`` (sim, live, ...)."""
+    slaq, base = rows[f"slaq ({kind})"], rows[f"{other} ({kind})"]
+    return {k: getattr(slaq, k) / getattr(base, k) for k in KEYS if getattr(base, k)}
+
+
+def compare(trace: Trace, args: argparse.Namespace, seed: int, redis_url: str, root: Path
+            ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """One workload live and simulated; prints its table and returns, per
+    comparison ("slaq/fair", "slaq/las"), the live ratios and the sim@live
+    ratios (geometric mean over the jittered copies)."""
     arrivals = generate_workload(trace, slots=SLOTS, load=args.load, jobs=args.jobs,
-                                 seed=args.seed, chunk_seconds=args.chunk_seconds)
+                                 seed=seed, chunk_seconds=args.chunk_seconds)
     config = SimConfig(slots=SLOTS, chunk_seconds=args.chunk_seconds)
     rows: dict[str, Figures] = {}
     costs: list[ChunkCost] = []
+    delays: list[float] = []
     runs: list[LiveCurves] = []
     lives: dict[str, SimResult] = {}
-    policies = ("fair", "las", "slaq")
-    with tempfile.TemporaryDirectory() as tmp, test_redis(Path(tmp), BENCH_REDIS_DB) as redis_url:
-        for policy in policies:
-            rows[f"{policy} (sim)"] = figures(simulate(build_policy(policy, trace, arrivals),
-                                                       trace, arrivals, config))
-            live, curves, cost = run_live(policy, trace, arrivals, args.chunk_seconds,
-                                          redis_url, Path(tmp))
-            costs += cost
-            runs.append(curves)
-            lives[policy] = live
-            print(f"{policy}: {len(cost)} chunks", flush=True)
+    for policy in POLICIES:
+        rows[f"{policy} (sim)"] = figures(simulate(build_policy(policy, trace, arrivals),
+                                                   trace, arrivals, config))
+        live, curves, (cost, waits) = run_live(policy, trace, arrivals, args.chunk_seconds,
+                                               redis_url, root / f"s{seed}")
+        costs += cost
+        delays += waits
+        runs.append(curves)
+        lives[policy] = live
+        print(f"seed {seed}, {policy}: {len(cost)} chunks", flush=True)
     trained, between, recorded = live_trace(trace, arrivals, runs)
     fixed, per_iteration = fit_cost(costs)
     measured = at_live_cost(trained, fixed, per_iteration)
-    for policy, live in lives.items():
-        # Scored on the losses the live jobs produced, not the recording's.
+    # Each decision's grants start this much later, as live after an arrival
+    # or a chunk's end (the round's wake-up, sync and dispatch); the policy
+    # sees the newest points the live scheduler keeps per job.
+    delay = statistics.fmean(delays)
+    at_live = replace(config, decision_seconds=delay, history_points=LIVE_HISTORY_POINTS,
+                      attained_overhead=False)
+    spread = timing_spread(arrivals, runs)
+    for (policy, live), curves in zip(lives.items(), runs, strict=True):
         for job in live.jobs:
+            # Scored on the losses the live jobs produced, not the recording's,
+            # each dated back from its commit as sim@live times it: its
+            # seconds plus the fitted cost of recording it.
             job.curve = trained.curve(job.curve.id)
+            _, seconds, commits = curves[job.job_id]
+            job.iteration_times = iteration_times(
+                [(c, x + per_iteration) for c, x in zip(commits, seconds, strict=True)])
         rows[f"{policy} (live)"] = figures(live)
+    copies: dict[str, list[Figures]] = {}
+    for copy in range(args.copies):
+        timed = jittered(measured, spread, copy) if copy else measured
+        for policy in POLICIES:
+            copies.setdefault(policy, []).append(figures(simulate(
+                build_policy(policy, timed, arrivals), timed, arrivals, at_live)))
+    for policy in POLICIES:
+        rows[f"{policy} (sim@live)"] = Figures(**{k: statistics.fmean(
+            getattr(f, k) for f in copies[policy]) for k in KEYS})
+    print(f"\nworkload: {args.jobs} jobs, load {args.load}, seed {seed}, {SLOTS} slots, "
+          f"chunk {args.chunk_seconds}s ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)")
     print(f"live losses: the same in every run to a relative {between:.1e} (0: deterministic); "
           f"{recorded:.1e} from the recorded trace (live jobs train without the hold-out rows)")
-    for policy in policies:
-        rows[f"{policy} (sim@live)"] = figures(simulate(build_policy(policy, measured, arrivals),
-                                                        measured, arrivals, config))
-    keys = list(Figures.__dataclass_fields__)
-    print(f"\nworkload: {args.jobs} jobs, load {args.load}, seed {args.seed}, {SLOTS} slots, "
-          f"chunk {args.chunk_seconds}s ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC); live chunk "
-          f"cost over {len(costs)} chunks: compute + {fixed:.3f} s "
-          f"+ {per_iteration * 1e6:.1f} us per iteration")
-    print(f"{'run':<18}" + "".join(f"{k:>16}" for k in keys))
-    for name, fig in rows.items():
-        print(f"{name:<18}" + "".join(f"{getattr(fig, k):>16.3f}" for k in keys))
+    print(f"live chunk cost over {len(costs)} chunks: compute + {fixed:.3f} s "
+          f"+ {per_iteration * 1e6:.1f} us per iteration; scheduler delay before a grant "
+          f"{delay:.3f} s (mean of {len(delays)}); live timing spread {spread:.1%}; "
+          f"sim@live: mean of {args.copies} simulations, all but the first with seconds "
+          f"jittered by that spread")
+    print(f"{'run':<18}" + "".join(f"{k:>16}" for k in KEYS))
+    for kind in ("sim", "sim@live", "live"):
+        for policy in POLICIES:
+            fig = rows[f"{policy} ({kind})"]
+            print(f"{policy + f' ({kind})':<18}" + "".join(f"{getattr(fig, k):>16.3f}"
+                                                          for k in KEYS))
+    live_ratios: dict[str, dict[str, float]] = {}
+    sim_ratios: dict[str, dict[str, float]] = {}
     for other in ("fair", "las"):
-        for kind in ("sim", "sim@live", "live"):
-            base, slaq = rows[f"{other} ({kind})"], rows[f"slaq ({kind})"]
-            print(f"slaq/{other} ({kind}): " + ", ".join(
-                f"{k} {getattr(slaq, k) / getattr(base, k):.2f}" for k in keys
-                if getattr(base, k)))
-    for other in ("fair", "las"):
-        agree = {k: (getattr(rows["slaq (live)"], k) / getattr(rows[f"{other} (live)"], k))
-                 / (getattr(rows["slaq (sim@live)"], k) / getattr(rows[f"{other} (sim@live)"], k))
-                 for k in keys if all(getattr(rows[f"{p} ({kind})"], k)
-                                      for p in ("slaq", other) for kind in ("live", "sim@live"))}
-        worst_key = max(agree, key=lambda k: abs(agree[k] - 1))
-        print(f"slaq/{other} live over sim@live: " + ", ".join(
-            f"{k} {v:.2f}" for k, v in agree.items())
-            + f"; furthest {worst_key} {abs(agree[worst_key] - 1):.0%} off")
-    for policy in policies:
+        name = f"slaq/{other}"
+        per_copy = [ratios({f"{p} (x)": copies[p][c] for p in POLICIES}, "x", other)
+                    for c in range(args.copies)]
+        sim_ratios[name] = {k: _geomean([r[k] for r in per_copy if k in r]) for k in KEYS
+                            if all(k in r for r in per_copy)}
+        live_ratios[name] = ratios(rows, "live", other)
+        print(f"{name} (sim): " + _fmt(ratios(rows, "sim", other)))
+        print(f"{name} (sim@live): " + _fmt(sim_ratios[name]) + "; range over copies: "
+              + ", ".join(f"{k} {min(r[k] for r in per_copy):.2f}-{max(r[k] for r in per_copy):.2f}"
+                          for k in ("avg_norm_loss", "t95_mean", "mean_completion")))
+        print(f"{name} (live): " + _fmt(live_ratios[name]))
+        _agreement(f"{name} live over sim@live", live_ratios[name], sim_ratios[name])
+    for policy in POLICIES:
         span = rows[f"{policy} (live)"].makespan
         print(f"{policy}: live makespan / simulated "
               f"{span / rows[f'{policy} (sim)'].makespan:.2f}, / simulated at the live chunk "
               f"cost {span / rows[f'{policy} (sim@live)'].makespan:.2f}")
+    return live_ratios, sim_ratios
+
+
+def _geomean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values))))
+
+
+def _fmt(figs: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in figs.items())
+
+
+def _agreement(label: str, live: dict[str, float], sim: dict[str, float]) -> None:
+    agree = {k: live[k] / sim[k] for k in sim if k in live and sim[k]}
+    worst = max(agree, key=lambda k: abs(agree[k] - 1))
+    print(f"{label}: {_fmt(agree)}; furthest {worst} {abs(agree[worst] - 1):.0%} off")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=16)
+    parser.add_argument("--load", type=float, default=1.5)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="one workload per seed; with several, the ratios are also "
+                             "compared over all of them (geometric means)")
+    parser.add_argument("--chunk-seconds", type=float, default=0.5)
+    parser.add_argument("--copies", type=int, default=5,
+                        help="simulations per policy at the live cost (jittered timing)")
+    parser.add_argument("--trace", type=Path, default=STANDARD_TRACE)
+    args = parser.parse_args()
+    trace = load_trace(args.trace)
+    live: dict[str, list[dict[str, float]]] = {}
+    sim: dict[str, list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp, test_redis(Path(tmp), BENCH_REDIS_DB) as redis_url:
+        for seed in args.seeds:
+            live_ratios, sim_ratios = compare(trace, args, seed, redis_url, Path(tmp))
+            for name in live_ratios:
+                live.setdefault(name, []).append(live_ratios[name])
+                sim.setdefault(name, []).append(sim_ratios[name])
+    if len(args.seeds) > 1:
+        print(f"\nover {len(args.seeds)} workloads (seeds {' '.join(map(str, args.seeds))}), "
+              "geometric means:")
+        for name in live:
+            keys = [k for k in KEYS if all(k in r for r in live[name] + sim[name])]
+            means = {kind: {k: _geomean([r[k] for r in rows]) for k in keys}
+                     for kind, rows in (("live", live[name]), ("sim@live", sim[name]))}
+            print(f"{name} (sim@live): " + _fmt(means["sim@live"]))
+            print(f"{name} (live): " + _fmt(means["live"]))
+            _agreement(f"{name} live over sim@live", means["live"], means["sim@live"])
 
 
 if __name__ == "__main__":

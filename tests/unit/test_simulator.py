@@ -213,3 +213,21 @@ def test_policies_see_the_newest_points_the_live_cache_keeps(cap: int | None) ->
         else:
             assert shown == cap and initial == first
             assert oldest == trace.curve("c2").losses[done - cap]
+
+
+@pytest.mark.parametrize("overhead", [True, False])
+def test_attained_service_counts_chunk_overhead_unless_told_not_to(overhead: bool) -> None:
+    # 100-iteration chunks of 0.01 s iterations with 0.02 s overhead each: the
+    # live scheduler counts 1 s of service a chunk; the simulator by default 1.02 s.
+    trace = tiny_trace()
+    seen: list[float] = []
+
+    class Recording(Watching):
+        def allocate(self, snapshot: Snapshot) -> list[Grant]:
+            seen.extend(j.attained_seconds for j in snapshot.waiting() if j.losses)
+            return super().allocate(snapshot)
+
+    simulate(Recording(), trace, [Arrival(0, 0.0, "c2")],
+             SimConfig(slots=1, attained_overhead=overhead))
+    per_chunk = 1.0 + (0.02 if overhead else 0.0)
+    assert seen == pytest.approx([per_chunk * k for k in range(1, 6)])
