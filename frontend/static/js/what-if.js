@@ -79,8 +79,9 @@ function render(out, data) {
   const change = (run, key) => {
     const from = base.figures[key];
     if (run === base || run === asRun || !from) return "";
-    const pct = (100 * (from - run.figures[key])) / from;
-    return ` (${formatNumber(Math.abs(Math.round(pct)))}% ${pct >= 0 ? "better" : "worse"})`;
+    const pct = Math.round((100 * (from - run.figures[key])) / from);
+    if (pct === 0) return " (same)";
+    return ` (${formatNumber(Math.abs(pct))}% ${pct > 0 ? "better" : "worse"})`;
   };
   const table = h("div", { class: "table-wrap" }, h("table", { "data-testid": "what-if-table" },
     h("caption", {}, `${formatNumber(data.jobs)} completed jobs on ${data.slots} slots, ${data.chunk_seconds} s chunks; lower is better, change against ${baseName}`),
