@@ -13,6 +13,7 @@ from backend.core.leases import Heartbeats, local_slot_id
 from backend.core.pools import SlotInfo, detect_slot, pool_queue
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.settings import get_settings
+from workers.datasets import preload as preload_datasets
 from workers.priority import lower_process, lower_session_group
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,13 @@ def _stop_heartbeat(**_: Any) -> None:
 @worker_init.connect
 def _start_main_process(**_: Any) -> None:
     """In the worker's main process, before its pool starts: lower the
-    session's CPU share (:mod:`workers.priority`), then serve this host's and
-    pool's figures on WORKER_METRICS_PORT (see :mod:`workers.metrics`)."""
+    session's CPU share (:mod:`workers.priority`), import what data sets need
+    so pool processes inherit it (:func:`workers.datasets.preload`), then
+    serve this host's and pool's figures on WORKER_METRICS_PORT (see
+    :mod:`workers.metrics`)."""
     settings = get_settings()
     lower_session_group(settings.worker_nice)
+    preload_datasets()
     if settings.worker_metrics_port:
         from workers.metrics import serve
 

@@ -135,6 +135,13 @@ def _sklearn() -> Any:
     return datasets
 
 
+def preload() -> None:
+    """Import what loading a built-in data set needs, once, in a worker's main
+    process before it forks its pool: each pool process then inherits it
+    instead of paying ~0.9 s (sklearn with scipy) on its first chunk."""
+    _sklearn()
+
+
 def _builtin(loader: str) -> Loader:
     def load(_params: Mapping[str, ParamValue]) -> tuple[np.ndarray, np.ndarray]:
         X, y = getattr(_sklearn(), loader)(return_X_y=True)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -125,3 +129,22 @@ def test_param_spec_coercion_and_json() -> None:
     assert fill_params((spec, choice), {"act": "tanh"}, "x") == {"n": 3, "act": "tanh"}
     with pytest.raises(ValueError, match="one of relu, tanh"):
         choice.coerce("gelu")
+
+
+PRELOAD_SCRIPT = """
+import sys
+from workers import celery_app
+assert "sklearn.datasets" not in sys.modules, "imported before the worker starts"
+celery_app._start_main_process()
+print("sklearn.datasets" in sys.modules)
+"""
+
+
+def test_a_worker_imports_data_set_loaders_before_forking_its_pool() -> None:
+    # Pool processes fork from the main process after worker_init: what it
+    # imported there, they do not each import on their first chunk.
+    done = subprocess.run([sys.executable, "-c", PRELOAD_SCRIPT], capture_output=True,
+                          text=True, timeout=120, check=False,
+                          env={**os.environ, "WORKER_METRICS_PORT": "0"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
