@@ -312,7 +312,7 @@ def compare(trace: Trace, args: argparse.Namespace, seed: int, redis_url: str, r
     # Each decision's grants start this much later, as live after an arrival
     # or a chunk's end (the round's wake-up, sync and dispatch); the policy
     # sees the newest points the live scheduler keeps per job.
-    delay = statistics.fmean(delays)
+    delay = statistics.fmean(delays) if delays else 0.0
     at_live = replace(config, decision_seconds=delay, history_points=LIVE_HISTORY_POINTS,
                       attained_overhead=False)
     spread = timing_spread(arrivals, runs)
