@@ -157,7 +157,8 @@ class SimJob:
         first chunk of a job that has not run yet.
 
         The growing points list is passed, not copied: policies treat it as
-        read-only, and copying every history every round would dominate.
+        read-only, and copying every history every round would dominate
+        (with ``history_points``, its newest points are: a bounded copy).
         Memoised until the job's state changes (_start, _complete) or, before
         its first chunk, its kind's estimate does."""
         if self._view is not None and (
