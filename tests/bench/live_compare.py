@@ -277,9 +277,8 @@ def timing_spread(arrivals: list[Arrival], runs: list[LiveCurves]) -> float:
     return statistics.median(spreads) if spreads else 0.0
 
 
-def ratios(rows: dict[str, Figures], kind: str, other: str) -> dict[str, float]:
-    """slaq over ``other`` per figure, for the runs of ``kind`` (sim, live, ...)."""
-    slaq, base = rows[f"slaq ({kind})"], rows[f"{other} ({kind})"]
+def ratios(slaq: Figures, base: Figures) -> dict[str, float]:
+    """slaq's figures over another policy's, where that one's is not zero."""
     return {k: getattr(slaq, k) / getattr(base, k) for k in KEYS if getattr(base, k)}
 
 
@@ -354,12 +353,12 @@ def compare(trace: Trace, args: argparse.Namespace, seed: int, redis_url: str, r
     sim_ratios: dict[str, dict[str, float]] = {}
     for other in ("fair", "las"):
         name = f"slaq/{other}"
-        per_copy = [ratios({f"{p} (x)": copies[p][c] for p in POLICIES}, "x", other)
-                    for c in range(args.copies)]
-        sim_ratios[name] = {k: _geomean([r[k] for r in per_copy if k in r]) for k in KEYS
+        per_copy = [ratios(mine, theirs)
+                    for mine, theirs in zip(copies["slaq"], copies[other], strict=True)]
+        sim_ratios[name] = {k: _geomean([r[k] for r in per_copy]) for k in KEYS
                             if all(k in r for r in per_copy)}
-        live_ratios[name] = ratios(rows, "live", other)
-        print(f"{name} (sim): " + _fmt(ratios(rows, "sim", other)))
+        live_ratios[name] = ratios(rows["slaq (live)"], rows[f"{other} (live)"])
+        print(f"{name} (sim): " + _fmt(ratios(rows["slaq (sim)"], rows[f"{other} (sim)"])))
         print(f"{name} (sim@live): " + _fmt(sim_ratios[name]) + "; range over copies: "
               + ", ".join(f"{k} {min(r[k] for r in per_copy):.2f}-{max(r[k] for r in per_copy):.2f}"
                           for k in ("avg_norm_loss", "t95_mean", "mean_completion")))
