@@ -45,6 +45,10 @@ FLAT = "flat"
 UNKNOWN = "unknown"
 """Family name for a job with too little history to extrapolate at all."""
 
+PENDING = "pending"
+"""Family name for a job with history that has not been fitted yet: more jobs
+needed a first fit than the refit budget allowed (a scheduler restart)."""
+
 
 @dataclass(frozen=True)
 class PredictorConfig:
@@ -59,10 +63,11 @@ class PredictorConfig:
     holdout_frac: float = 0.25
     smoothing: float = 0.5
     timing_points: int = 50
-    refit_budget: int = 256
-    """Most jobs refitted per call (jobs never fitted are always fitted); the
-    rest keep their previous fit one more round, which bounds decision time
-    when hundreds of slots report at once."""
+    refit_budget: int = 64
+    """Most jobs fitted per call, which bounds decision time when hundreds of
+    slots report at once or a restarted scheduler meets thousands of jobs.
+    Jobs never fitted go first, then those whose fit is oldest; the rest keep
+    their previous fit one more call, or are ``PENDING`` if they have none."""
 
 
 @dataclass(frozen=True)
@@ -94,16 +99,21 @@ class CurveFit:
     errors: tuple[float, ...] = ()
     floor: float = -math.inf
     candidates: tuple[tuple[float, ...] | None, ...] = ()
+    made: int = 0
+    """The predictor's call number when this fit was made (oldest are refitted first)."""
 
-    def drop(self, n: int) -> float:
-        """Predicted loss decrease over the next ``n`` iterations (>= 0)."""
-        if n <= 0 or self.family in (FLAT, UNKNOWN):
+    def drop(self, n: int, after: int = 0) -> float:
+        """Predicted loss decrease over the ``n`` iterations that start
+        ``after`` iterations past the fit's newest point (>= 0); ``after`` > 0
+        reads a fit the refit budget kept from the job's newer position."""
+        if n <= 0 or self.family in (FLAT, UNKNOWN, PENDING):
             return 0.0
         if self.family == GEOMETRIC:
             ratio = self.params[0]
-            return max(self.anchor, 0.0) * (1.0 - ratio**n)
-        now = _scaled(self.family, self.params, 1.0)
-        later = _scaled(self.family, self.params, 1.0 + n / self.span)
+            return max(self.anchor, 0.0) * ratio**after * (1.0 - ratio**n)
+        start = 1.0 + after / self.span
+        now = _scaled(self.family, self.params, start)
+        later = _scaled(self.family, self.params, start + n / self.span)
         return max(self.height * (now - later), 0.0)
 
     def uncertainty(self, n: int) -> float:
@@ -126,7 +136,13 @@ class CurveFit:
 
     @property
     def known(self) -> bool:
+        """Whether the job has shown enough to extrapolate (or will once fitted)."""
         return self.family != UNKNOWN
+
+    @property
+    def pending(self) -> bool:
+        """Not fitted yet (beyond the refit budget): nothing is known of its curve."""
+        return self.family == PENDING
 
     def rising(self, margin: float) -> bool:
         """Whether the newest level is clearly above the lowest loss: by three
@@ -186,8 +202,10 @@ class LossPredictor:
     config: PredictorConfig = field(default_factory=PredictorConfig)
     _fits: dict[int, CurveFit] = field(default_factory=dict)
     _refitted: set[int] = field(default_factory=set)
+    _pending: dict[int, CurveFit] = field(default_factory=dict)
     refits: int = 0
     deferred: int = 0
+    calls: int = 0
 
     def __len__(self) -> int:
         return len(self._fits)
@@ -196,20 +214,32 @@ class LossPredictor:
         return self.fit_many([job])[0]
 
     def fit_many(self, jobs: Sequence[JobView]) -> list[CurveFit]:
-        """Current fits for ``jobs``, refitting (in one batch) those with new points."""
+        """Current fits for ``jobs``, refitting (in one batch) those with new
+        points, at most ``config.refit_budget`` of them: never-fitted jobs
+        first, then the oldest fits. A job beyond the budget keeps its previous
+        fit one more call, or gets a ``PENDING`` one if it has none."""
+        self.calls += 1
+        fresh: list[JobView] = []
         stale: list[JobView] = []
-        late: list[JobView] = []
+        fits = self._fits
         for job in jobs:
-            cached = self._fits.get(job.job_id)
+            cached = fits.get(job.job_id)
             if cached is None:
-                stale.append(job)
+                fresh.append(job)
             elif cached.key != history_key(job):
-                # Beyond the budget, a job keeps its previous fit for a round.
-                (stale if len(stale) < self.config.refit_budget else late).append(job)
-        if stale:
-            self._refit(stale)
-        self.deferred = len(late)
-        return [self._fits[job.job_id] for job in jobs]
+                stale.append(job)
+        budget = self.config.refit_budget
+        if len(fresh) + len(stale) > budget:
+            stale.sort(key=lambda job: fits[job.job_id].made)
+        chosen = (fresh + stale)[:budget]
+        self.deferred = len(fresh) + len(stale) - len(chosen)
+        if chosen:
+            self._refit(chosen)
+        pending = self._pending
+        for job in jobs:
+            if job.job_id not in fits and job.job_id not in pending:
+                pending[job.job_id] = _pending(job)
+        return [fits.get(job.job_id) or pending[job.job_id] for job in jobs]
 
     def take_refitted(self) -> list[CurveFit]:
         """Fits made since the last call, newest per job; the record is then cleared.
@@ -227,12 +257,15 @@ class LossPredictor:
         for job_id in [j for j in self._fits if j not in keep]:
             del self._fits[job_id]
         self._refitted &= keep
+        self._pending = {j: fit for j, fit in self._pending.items() if j in keep}
 
     # -- refitting -----------------------------------------------------------
 
     def _refit(self, jobs: Sequence[JobView]) -> None:
         self.refits += len(jobs)
         self._refitted.update(job.job_id for job in jobs)
+        for job in jobs:
+            self._pending.pop(job.job_id, None)
         windows: list[_Window] = []
         for job in jobs:
             previous = self._fits.get(job.job_id)
@@ -286,7 +319,7 @@ class LossPredictor:
             drift=abs(anchor) * 0.05 if family == GEOMETRIC else 0.0,
             initial_loss=initial, lowest_loss=lowest, largest_step_drop=step,
             seconds_per_iteration=spi,
-            errors=previous.errors if previous is not None else (),
+            errors=previous.errors if previous is not None else (), made=self.calls,
         )
 
     def _window(self, job: JobView, previous: CurveFit | None) -> _Window:
@@ -372,6 +405,15 @@ class LossPredictor:
             candidates=tuple(tuple(full[v].params[i].tolist()) if v in valid else None
                              for v in range(len(FAMILIES))),
         )
+
+
+def _pending(job: JobView) -> CurveFit:
+    """Stand-in for a job the budget left unfitted (kept apart from the fits,
+    so the job is first in line next call)."""
+    return CurveFit(job_id=job.job_id, key=(-1, -1), family=PENDING, params=(), k_last=0,
+                    k0=0.0, span=1.0, lo=0.0, height=1.0, anchor=math.nan, noise=0.0,
+                    drift=0.0, initial_loss=math.nan, lowest_loss=math.nan,
+                    largest_step_drop=0.0, seconds_per_iteration=None)
 
 
 def _pack(windows: list[_Window], size: int) -> tuple[np.ndarray, ...]:

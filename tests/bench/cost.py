@@ -5,11 +5,15 @@
 Each case builds a snapshot of N waiting-or-running jobs with 100-point loss
 histories, then times, per policy:
 
-* ``cold``: the first decision, which fits every job (a scheduler restart);
+* ``cold``: the first decision (a scheduler restart): ``slaq`` fits at most
+  its refit budget of jobs and ranks the rest by attained service;
+* ``catch-up``: the decisions, and their total time, until every job is fitted;
 * ``steady``: a decision after the jobs granted last round reported a chunk
   (10 new points each) -- what the live scheduler pays per round (best of 3);
-* ``idle``: the same snapshot again (no new points: memoised fits only; best of 3);
-* ``refit/job``: cold time per fitted job.
+  ``deferred`` is how many of those jobs the budget left on their older fit;
+* ``idle``: the same snapshot again (no new points; the deferred jobs are
+  fitted now; best of 3);
+* ``refit/job``: catch-up time per fitted job.
 
 Half the slots (at most half the jobs) are running; the other half are free.
 """
@@ -19,9 +23,11 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 
+from backend.scheduling.predictor import LossPredictor, PredictorConfig
 from backend.scheduling.registry import make_policy
 from backend.scheduling.types import JobView, LossPoint, Policy, Snapshot
 
@@ -56,17 +62,35 @@ def snapshot(n_jobs: int, slots: int, done: list[int], shapes: list[tuple[LossPo
                     jobs=jobs)
 
 
+class Timing(NamedTuple):
+    cold: float
+    catch_up_calls: int
+    catch_up: float
+    steady: float
+    deferred: int
+    idle: float
+
+
 def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[tuple[LossPoint, ...]],
-            rounds: int = 3) -> tuple[float, float, float]:
-    """(cold, steady, idle) seconds; steady and idle are the best of ``rounds``
-    (the machine is shared, so single timings are noisy)."""
-    policy: Policy = make_policy(policy_name)
+            rounds: int = 3, refit_budget: int | None = None) -> Timing:
+    """Seconds per decision; steady and idle are the best of ``rounds`` (the
+    machine is shared, so single timings are noisy)."""
+    options = {}
+    if refit_budget is not None and policy_name == "slaq":
+        options["predictor"] = LossPredictor(PredictorConfig(refit_budget=refit_budget))
+    policy: Policy = make_policy(policy_name, **options)
+    predictor = getattr(policy, "predictor", None)
     done = [HISTORY] * n_jobs
     snap = snapshot(n_jobs, slots, done, shapes, now=100.0)
     t0 = time.perf_counter()
     grants = policy.allocate(snap)
     cold = time.perf_counter() - t0
-    steady, idle = [], []
+    calls, t0 = 0, time.perf_counter()
+    while isinstance(predictor, LossPredictor) and predictor.deferred:
+        policy.allocate(snap)
+        calls += 1
+    catch_up = time.perf_counter() - t0
+    steady, idle, deferred = [], [], 0
     for r in range(rounds):
         for g in grants:  # the granted jobs report a 10-iteration chunk
             done[g.job_id] += 10
@@ -74,10 +98,12 @@ def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[tuple[LossPo
         t0 = time.perf_counter()
         grants = policy.allocate(snap)
         steady.append(time.perf_counter() - t0)
+        if isinstance(predictor, LossPredictor):
+            deferred = max(deferred, predictor.deferred)
         t0 = time.perf_counter()
         policy.allocate(snap)
         idle.append(time.perf_counter() - t0)
-    return cold, min(steady), min(idle)
+    return Timing(cold, calls, catch_up, min(steady), deferred, min(idle))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,17 +111,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, nargs="+", default=[100, 1000, 10_000])
     parser.add_argument("--slots", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--policies", nargs="+", default=["slaq", "slaq-classic", "las", "fair"])
+    parser.add_argument("--refit-budget", type=int, nargs="+", default=[None],
+                        help="slaq's refit budget per decision (default: the predictor's)")
     args = parser.parse_args(argv)
     shapes = curves(HISTORY + 10 * (ROUNDS + 1))
-    print(f"{'policy':<13}{'jobs':>7}{'slots':>7}{'cold ms':>10}{'steady ms':>11}{'idle ms':>9}"
-          f"{'refit/job ms':>14}")
-    for name in args.policies:
-        for n in args.jobs:
-            for s in args.slots:
-                cold, steady, idle = measure(name, n, s, shapes)
-                per = 1000 * cold / n if name == "slaq" else math.nan
-                print(f"{name:<13}{n:>7}{s:>7}{1000 * cold:>10.1f}{1000 * steady:>11.1f}"
-                      f"{1000 * idle:>9.1f}{per:>14.3f}", flush=True)
+    print(f"{'policy':<13}{'budget':>7}{'jobs':>7}{'slots':>7}{'cold ms':>10}"
+          f"{'catch-up':>14}{'steady ms':>11}{'deferred':>10}{'idle ms':>9}"
+          f"{'refit/job ms':>14}{'steady/las':>12}")
+    for n in args.jobs:
+        for s in args.slots:
+            # LAS first: every policy's steady time is quoted against it, side by side.
+            las = measure("las", n, s, shapes).steady
+            for name in args.policies:
+                budgets = args.refit_budget if name == "slaq" else [None]
+                for budget in budgets:
+                    t = measure(name, n, s, shapes, refit_budget=budget)
+                    per = 1000 * t.catch_up / n if t.catch_up_calls else math.nan
+                    label = "-" if name != "slaq" else str(budget or PredictorConfig().refit_budget)
+                    catch = f"{t.catch_up_calls} / {t.catch_up:.1f}s" if t.catch_up_calls else "-"
+                    print(f"{name:<13}{label:>7}{n:>7}{s:>7}{1000 * t.cold:>10.1f}{catch:>14}"
+                          f"{1000 * t.steady:>11.1f}{t.deferred:>10}{1000 * t.idle:>9.1f}"
+                          f"{per:>14.3f}{t.steady / las:>12.2f}", flush=True)
     return 0
 
 

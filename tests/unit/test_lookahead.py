@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from backend.scheduling.guards import ServiceFloor, WaitBounds
 from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve
-from backend.scheduling.policies.slaq import SlaqPolicy, lookahead_rate
+from backend.scheduling.policies.slaq import SlaqPolicy, best_first, lookahead_rate
+from backend.scheduling.predictor import LossPredictor, PredictorConfig
 from backend.scheduling.simulator import SimConfig, SimJob, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import JobView, LossPoint, Snapshot
@@ -185,3 +187,58 @@ def test_docstring_worked_example() -> None:
     flat_fit = policy.predictor.fit(flat)
     assert flat_fit.family == "flat" and flat_fit.uncertainty(99) == 0.0
     assert policy._score(s, flat, flat_fit) == 0.0
+
+
+def test_a_job_whose_refit_was_deferred_is_ranked_from_where_it_is_now() -> None:
+    curve_of = [0.1 + 1.0 / (1 + k / 30) for k in range(1, 301)]
+    policy = SlaqPolicy(floor=None, bounds=None,
+                        predictor=LossPredictor(PredictorConfig(refit_budget=1)))
+    young = view(1, curve_of[:100], attained=1.0)
+    first = policy.allocate(Snapshot(now=1.0, free_slots=1, total_slots=2, chunk_seconds=0.5,
+                                     jobs=[young]))
+    # Job 1 ran 200 more iterations, and job 2 arrived with history: the one
+    # refit of the budget goes to job 2, job 1 keeps its fit from iteration 100.
+    older = view(1, curve_of, attained=3.0)
+    other = view(2, [2.0 * x for x in curve_of[:50]], attained=0.5)
+    grants = policy.allocate(Snapshot(now=2.0, free_slots=2, total_slots=2, chunk_seconds=0.5,
+                                      jobs=[older, other]))
+    assert policy.predictor.deferred == 1
+    kept = {g.job_id: g.predicted_gain for g in grants}[1]
+    fresh = SlaqPolicy(floor=None, bounds=None).allocate(
+        Snapshot(now=2.0, free_slots=1, total_slots=2, chunk_seconds=0.5, jobs=[older]))
+    assert first[0].predicted_gain is not None and kept is not None
+    assert fresh[0].predicted_gain is not None
+    assert kept < 0.6 * first[0].predicted_gain, "the drop it already made is not counted again"
+    assert kept == pytest.approx(fresh[0].predicted_gain, rel=0.3)
+
+
+def test_on_a_cold_start_unfitted_jobs_wait_by_attained_service() -> None:
+    jobs = [view(i, [0.1 + 1.0 / (1 + k / 30) for k in range(1, 81)], attained=float(i))
+            for i in range(1, 6)]
+    policy = SlaqPolicy(floor=None, bounds=None, warmup_share=0.0,
+                        predictor=LossPredictor(PredictorConfig(refit_budget=2)))
+    grants = policy.allocate(Snapshot(now=1.0, free_slots=5, total_slots=5, chunk_seconds=0.5,
+                                      jobs=jobs))
+    assert policy.predictor.deferred == 3
+    pending = [g for g in grants if "not fitted yet" in g.reason]
+    assert [g.job_id for g in pending] == [3, 4, 5], "least attained service first"
+    assert all(g.predicted_gain is None for g in pending)
+    policy.allocate(Snapshot(now=2.0, free_slots=5, total_slots=5, chunk_seconds=0.5, jobs=jobs))
+    later = policy.allocate(Snapshot(now=3.0, free_slots=5, total_slots=5, chunk_seconds=0.5,
+                                     jobs=jobs))
+    assert policy.predictor.deferred == 0
+    assert not [g for g in later if "not fitted yet" in g.reason]
+
+
+@pytest.mark.parametrize("wanted", [1, 3, 40])
+def test_best_first_reads_as_a_full_sort(wanted: int) -> None:
+    rng = np.random.default_rng(wanted)
+    jobs = [JobView(job_id=i, tenant_id=1, submitted_at=0.0, iterations_done=0,
+                    max_iterations=10, waiting_since=float(rng.integers(0, 5)))
+            for i in range(300)]
+    scores = rng.integers(0, 20, 300).astype(float)  # many ties
+    scores[7] = np.nan
+    got = [job.job_id for job, _ in best_first(jobs, scores, wanted)]
+    keyed = np.where(np.isnan(scores), -np.inf, scores)
+    expected = sorted(range(300), key=lambda i: (-keyed[i], jobs[i].waiting_since, i))
+    assert got == expected

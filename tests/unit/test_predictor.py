@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from backend.scheduling.predictor import GEOMETRIC, LossPredictor, predict_curve
+from backend.scheduling.predictor import GEOMETRIC, LossPredictor, PredictorConfig, predict_curve
 from backend.scheduling.types import JobView, LossPoint
 
 
@@ -147,3 +147,44 @@ def test_predict_curve_rows() -> None:
         assert low <= predicted <= high
         assert math.isclose(predicted, f(iteration), rel_tol=0.02)
     assert len(predict_curve(view(f, 40).losses, 1000, points=20)) == 20
+
+
+def test_refit_budget_fits_new_jobs_first_then_the_oldest_fits() -> None:
+    predictor = LossPredictor(PredictorConfig(refit_budget=2))
+    f = CURVES["exp"]
+    fitted = predictor.fit_many([view(f, 40, job_id=i) for i in (1, 2)])
+    assert not any(fit.pending for fit in fitted)
+    predictor.fit_many([view(f, 40, job_id=3)])  # job 3's fit is newer than 1's and 2's
+    # Jobs 1-3 report new points and jobs 4-5 arrive: 4 and 5 take the budget.
+    jobs = [view(f, 60, job_id=i) for i in (1, 2, 3)] + [view(f, 40, job_id=i) for i in (4, 5)]
+    fits = predictor.fit_many(jobs)
+    assert [fit.key[0] for fit in fits] == [40, 40, 40, 40, 40]
+    assert predictor.deferred == 3
+    # Next call: the two oldest fits (jobs 1 and 2) go before job 3's.
+    fits = predictor.fit_many(jobs)
+    assert [fit.key[0] for fit in fits] == [60, 60, 40, 40, 40]
+    assert predictor.deferred == 1
+
+
+def test_jobs_beyond_the_budget_on_a_cold_start_are_pending_until_fitted() -> None:
+    predictor = LossPredictor(PredictorConfig(refit_budget=3))
+    jobs = [view(CURVES["inv_lin"], 50, job_id=i) for i in range(7)]
+    rounds = []
+    while True:
+        fits = predictor.fit_many(jobs)
+        rounds.append(sum(fit.pending for fit in fits))
+        if not rounds[-1]:
+            break
+    assert rounds == [4, 1, 0]
+    pending = LossPredictor(PredictorConfig(refit_budget=0)).fit_many(jobs[:1])[0]
+    assert pending.pending and pending.known and pending.drop(10) == 0.0
+
+
+def test_a_kept_fit_is_read_from_the_jobs_newer_position() -> None:
+    f = CURVES["inv_lin"]
+    fit = LossPredictor().fit(view(f, 100))
+    later = LossPredictor().fit(view(f, 300))
+    # The curve flattens: the same 50 iterations drop less 200 iterations on.
+    assert fit.drop(50, after=200) < 0.5 * fit.drop(50)
+    assert fit.drop(50, after=200) == pytest.approx(later.drop(50), rel=0.2)
+    assert fit.drop(50, after=200) == pytest.approx(f(300) - f(350), rel=0.2)

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,6 +23,45 @@ def planned_iterations(snapshot: Snapshot, job: JobView, fit: CurveFit | None) -
     spi = fit.seconds_per_iteration if fit is not None else None
     wanted = snapshot.default_chunk_iterations if spi is None else int(snapshot.chunk_seconds / spi)
     return max(1, min(wanted, job.max_iterations - job.iterations_done))
+
+
+class _Scored(NamedTuple):
+    """A job's memoised model score: valid while its fit, newest iteration,
+    remaining iterations and the chunk length are the ones it was computed for."""
+
+    fit: CurveFit
+    remaining: int
+    chunk: float
+    newest: int
+    n: int
+    rate: float
+    weight: float
+    point: float
+
+
+def best_first(jobs: list[JobView], scores: np.ndarray, wanted: int
+               ) -> Iterator[tuple[JobView, float]]:
+    """``jobs`` by score, highest first, ties to the longest-waiting job, then
+    the lowest id; lazily.
+
+    Only the top ``wanted`` (and any tied with the last of them) are sorted
+    up front, found by a partial sort; the rest are sorted only if the caller
+    reads past them (tenant quotas skipped the top ones).
+    """
+    def ordered(rows: np.ndarray) -> Iterator[tuple[JobView, float]]:
+        since = np.fromiter((jobs[i].waiting_since for i in rows), float, len(rows))
+        ids = np.fromiter((jobs[i].job_id for i in rows), float, len(rows))
+        for i in rows[np.lexsort((ids, since, -scores[rows]))]:
+            yield jobs[i], float(scores[i])
+
+    # A NaN would defeat the partition; it ranks last, as in a full sort.
+    scores = np.where(np.isnan(scores), -np.inf, scores)
+    if len(jobs) <= 2 * wanted + 64:
+        yield from ordered(np.arange(len(jobs)))
+        return
+    cut = float(np.partition(scores, len(jobs) - wanted)[len(jobs) - wanted])
+    yield from ordered(np.flatnonzero(scores >= cut))
+    yield from ordered(np.flatnonzero(scores < cut))
 
 
 HORIZONS: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -109,7 +149,7 @@ class SlaqPolicy:
     diverge_margin: float = 0.1
     error_floor: float = 0.03
     predictor: LossPredictor = field(default_factory=LossPredictor)
-    _scores: dict[int, tuple[CurveFit, int, float, float, float]] = field(default_factory=dict)
+    _memo: dict[int, _Scored] = field(default_factory=dict)
 
     def allocate(self, snapshot: Snapshot) -> list[Grant]:
         waiting = snapshot.waiting()
@@ -120,52 +160,100 @@ class SlaqPolicy:
         behind: list[Ranked] = []
         if self.floor is not None:
             behind, rest = self.floor.behind(snapshot, rest)
-        known = [job for job in rest if job.losses]
-        fit_of = dict(zip((job.job_id for job in known), self.predictor.fit_many(known),
-                          strict=True))
-        new = [job for job in rest if not (job.job_id in fit_of and fit_of[job.job_id].known)]
+        known, rates, blends, new = self._scored(snapshot, rest)
         warm = self._warmup(snapshot, new)
         warm_ids = {job.job_id for job, _, _ in warm}
-        ranked = [job for job in rest if job.job_id not in warm_ids]
-        weights = {t: snapshot.tenant(t).share_weight for t in {j.tenant_id for j in ranked}}
-        prior = self.new_job_gain / snapshot.chunk_seconds
-        scores = np.empty(len(ranked))
-        for i, job in enumerate(ranked):
-            fit = fit_of.get(job.job_id)
-            per_second = prior if fit is None or not fit.known else self._score(snapshot, job, fit)
-            scores[i] = weights[job.tenant_id] * per_second
-        # Highest score first; ties to the longest-waiting job, then the lowest id.
-        order = np.lexsort((np.array([j.job_id for j in ranked]),
-                            np.array([j.waiting_since for j in ranked]), -scores))
-        explained = self._explained([ranked[i] for i in order], scores[order], snapshot, fit_of)
-        return fill_slots(snapshot, chain(overdue, behind, warm, explained))
+        unseen = [job for job in new if job.job_id not in warm_ids]
+        ranked = known + unseen
+        # One array pass over thousands of jobs; only the model part is memoised
+        # (the LAS part changes with every job's service).
+        rate, blend = np.array(rates), np.array(blends)
+        attained = np.fromiter((job.attained_seconds for job in known), float, len(known))
+        las = self.new_job_gain / (attained + snapshot.chunk_seconds)
+        scores = np.concatenate((
+            (1 - blend) * rate + blend * las,
+            np.full(len(unseen), self.new_job_gain / snapshot.chunk_seconds)))
+        if any(t.share_weight != 1.0 for t in snapshot.tenants.values()):
+            weights = {t: snapshot.tenant(t).share_weight for t in {j.tenant_id for j in ranked}}
+            scores *= np.fromiter((weights[job.tenant_id] for job in ranked), float, len(ranked))
+        ordered = best_first(ranked, scores, snapshot.free_slots)
+        return fill_slots(snapshot, chain(overdue, behind, warm, self._explained(ordered)))
+
+    def _scored(self, snapshot: Snapshot, jobs: list[JobView]
+                ) -> tuple[list[JobView], list[float], list[float], list[JobView]]:
+        """Jobs with a usable fit, their memoised lookahead index and LAS
+        weight, and the new jobs (no curve to extrapolate yet). Only jobs
+        whose history, remaining iterations or chunk length changed are looked
+        at again."""
+        memo = self._memo
+        chunk = snapshot.chunk_seconds
+        known: list[JobView] = []
+        rates: list[float] = []
+        blends: list[float] = []
+        new: list[JobView] = []
+        changed: list[JobView] = []
+        for job in jobs:
+            losses = job.losses
+            if not losses:
+                new.append(job)
+                continue
+            entry = memo.get(job.job_id)
+            if (entry is not None and entry.chunk == chunk
+                    and entry.remaining == job.max_iterations - job.iterations_done
+                    and entry.fit.key == (losses[-1].iteration, len(losses))):
+                known.append(job)
+                rates.append(entry.rate)
+                blends.append(entry.weight)
+            else:
+                changed.append(job)
+        for job, fit in zip(changed, self.predictor.fit_many(changed), strict=True):
+            if not fit.known:
+                new.append(job)
+                continue
+            entry = memo.get(job.job_id)
+            remaining = job.max_iterations - job.iterations_done
+            if entry is None or entry.fit is not fit or entry.remaining != remaining \
+                    or entry.chunk != chunk or entry.newest != job.losses[-1].iteration:
+                entry = memo[job.job_id] = self._entry(snapshot, job, fit)
+            known.append(job)
+            rates.append(entry.rate)
+            blends.append(entry.weight)
+        return known, rates, blends, new
+
+    def _entry(self, snapshot: Snapshot, job: JobView, fit: CurveFit) -> _Scored:
+        n = planned_iterations(snapshot, job, fit)
+        remaining = job.max_iterations - job.iterations_done
+        newest = job.losses[-1].iteration if job.losses else 0
+        if fit.pending:
+            # Nothing known of its curve yet: least attained service, fully.
+            return _Scored(fit, remaining, snapshot.chunk_seconds, newest, n, 0.0, 1.0, 0.0)
+        index, weight, point = self._index(snapshot, job, fit, n)
+        return _Scored(fit, remaining, snapshot.chunk_seconds, newest, n, index, weight, point)
 
     def _score(self, snapshot: Snapshot, job: JobView, fit: CurveFit) -> float:
-        """Lookahead index blended with LAS, per slot-second; the model part is
-        memoised per fit and chunk length (the LAS part changes with service)."""
-        n = planned_iterations(snapshot, job, fit)
-        cached = self._scores.get(job.job_id)
-        if cached is not None and cached[0] is fit and cached[1] == n:
-            _, _, index, weight, _ = cached
-        else:
-            index, weight, point = self._index(snapshot, job, fit, n)
-            self._scores[job.job_id] = (fit, n, index, weight, point)
-        if weight <= 0:
-            return index
+        """One job's index blended with LAS, per slot-second (before its tenant's weight)."""
+        entry = self._entry(snapshot, job, fit)
+        if entry.weight <= 0:
+            return entry.rate
         las = self.new_job_gain / (job.attained_seconds + snapshot.chunk_seconds)
-        return (1 - weight) * index + weight * las
+        return (1 - entry.weight) * entry.rate + entry.weight * las
 
     def _index(self, snapshot: Snapshot, job: JobView, fit: CurveFit, n: int
                ) -> tuple[float, float, float]:
-        """(lookahead index, weight of LAS, normalised drop of the next chunk)."""
+        """(lookahead index, weight of LAS, normalised drop of the next chunk).
+
+        A fit the refit budget kept from before the job's latest points is
+        read from where the job is now (``after`` iterations past the fit), so
+        a job that just ran is not ranked on the drop it has already made."""
         scale = self._total_drop(fit)
-        point = fit.drop(n) / scale
+        after = max(job.losses[-1].iteration - fit.k_last, 0) if job.losses else 0
+        point = fit.drop(n, after) / scale
         if fit.rising(self.diverge_margin):
             return 0.0, 0.0, point
         spi = fit.seconds_per_iteration or snapshot.chunk_seconds / n
         remaining = max(job.remaining_iterations, 1)
         index, _ = lookahead_rate(
-            lambda m: (fit.drop(m) + self.exploration * fit.uncertainty(m)) / scale,
+            lambda m: (fit.drop(m, after) + self.exploration * fit.uncertainty(m)) / scale,
             n, remaining, spi, self.horizons)
         if fit.largest_drop < self.min_progress * abs(fit.initial_loss):
             return index, 1.0, point
@@ -194,27 +282,26 @@ class SlaqPolicy:
         return [(job, "warm-up share: new job, its first chunk measures its curve", None)
                 for job in new]
 
-    def _explained(self, ordered: list[JobView], scores: np.ndarray, snapshot: Snapshot,
-                   fit_of: dict[int, CurveFit]) -> Iterator[Ranked]:
+    def _explained(self, ordered: Iterator[tuple[JobView, float]]) -> Iterator[Ranked]:
         # Reasons are formatted lazily: only the jobs fill_slots looks at pay for it.
-        for rank, (job, score) in enumerate(zip(ordered, scores, strict=True), start=1):
-            fit = fit_of.get(job.job_id)
-            if fit is None or not fit.known:
+        for rank, (job, score) in enumerate(ordered, start=1):
+            entry = self._memo.get(job.job_id) if job.losses else None
+            if entry is None:
                 yield job, f"rank {rank}: new job, assumed gain {self.new_job_gain:g}", None
-                continue
-            n = planned_iterations(snapshot, job, fit)
-            cached = self._scores.get(job.job_id)
-            point = cached[4] if cached is not None else fit.drop(n) / self._total_drop(fit)
-            weight = cached[3] if cached is not None else 0.0
-            yield job, (
-                f"rank {rank} by lookahead index: next {n} iterations predicted to bring "
-                f"{point:.3g} of its predicted total drop ({score:.3g} per slot-second, "
-                f"{weight:.0%} least-attained-service, {fit.family} fit)"
-            ), point
+            elif entry.fit.pending:
+                yield job, (f"rank {rank}: curve not fitted yet (the scheduler is catching up), "
+                            f"least attained service meanwhile ({score:.3g} per slot-second)"), None
+            else:
+                yield job, (
+                    f"rank {rank} by lookahead index: next {entry.n} iterations predicted to "
+                    f"bring {entry.point:.3g} of its predicted total drop ({score:.3g} per "
+                    f"slot-second, {entry.weight:.0%} least-attained-service, "
+                    f"{entry.fit.family} fit)"
+                ), entry.point
 
     def _forget_finished(self, snapshot: Snapshot) -> None:
-        if max(len(self._scores), len(self.predictor)) > 2 * len(snapshot.jobs) + 64:
+        if max(len(self._memo), len(self.predictor)) > 2 * len(snapshot.jobs) + 64:
             present = [job.job_id for job in snapshot.jobs]
             self.predictor.forget_except(present)
             keep = set(present)
-            self._scores = {k: v for k, v in self._scores.items() if k in keep}
+            self._memo = {k: v for k, v in self._memo.items() if k in keep}
