@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -101,6 +103,11 @@ class CurveFit:
     candidates: tuple[tuple[float, ...] | None, ...] = ()
     made: int = 0
     """The predictor's call number when this fit was made (oldest are refitted first)."""
+    misses: tuple[float, ...] = ()
+    """How far the job's recent points fell from earlier fits' predictions, in
+    band widths (newest last): what calibrates ``z``."""
+    z: float = 1.0
+    """Band multiplier: the ``BAND_COVERAGE`` quantile of ``misses``."""
 
     def drop(self, n: int, after: int = 0) -> float:
         """Predicted loss decrease over the ``n`` iterations that start
@@ -127,7 +134,10 @@ class CurveFit:
         return mean, mean - width, mean + width
 
     def band_width(self, n: int) -> float:
-        return _BAND_Z * math.hypot(self.noise, self.uncertainty(n))
+        """Half-width of the band ``n`` iterations ahead: the model's spread,
+        ``sqrt(noise^2 + (drift n)^2)``, scaled by ``z`` so that the band held
+        about ``BAND_COVERAGE`` of the job's own recent points."""
+        return self.z * math.hypot(self.noise, self.uncertainty(n))
 
     @property
     def largest_drop(self) -> float:
@@ -152,7 +162,17 @@ class CurveFit:
         return self.anchor > self.lowest_loss + 3 * self.noise + margin * self.largest_drop
 
 
-_BAND_Z = 1.0
+BAND_COVERAGE = 0.9
+"""Share of a job's points its band should hold (calibrated on its recent misses)."""
+
+_MISSES_KEPT = 40
+"""Recent misses a job's band is calibrated on."""
+
+_OWN_MISSES = 10
+"""A job with fewer misses of its own is calibrated on every job's recent misses too."""
+
+_POOLED_MISSES = 400
+"""Recent misses of all jobs kept for that."""
 
 
 def _scaled(family: str, params: tuple[float, ...], x: float) -> float:
@@ -203,6 +223,8 @@ class LossPredictor:
     _fits: dict[int, CurveFit] = field(default_factory=dict)
     _refitted: set[int] = field(default_factory=set)
     _pending: dict[int, CurveFit] = field(default_factory=dict)
+    _misses: deque[float] = field(default_factory=lambda: deque(maxlen=_POOLED_MISSES))
+    _pooled: tuple[int, float | None] = (-1, None)
     refits: int = 0
     deferred: int = 0
     calls: int = 0
@@ -258,6 +280,13 @@ class LossPredictor:
             del self._fits[job_id]
         self._refitted &= keep
         self._pending = {j: fit for j, fit in self._pending.items() if j in keep}
+
+    def _pooled_z(self) -> float | None:
+        """The coverage quantile of every job's recent misses, once per call
+        (young jobs' bands borrow it)."""
+        if self._pooled[0] != self.calls:
+            self._pooled = (self.calls, _quantile(list(self._misses)))
+        return self._pooled[1]
 
     # -- refitting -----------------------------------------------------------
 
@@ -320,6 +349,7 @@ class LossPredictor:
             initial_loss=initial, lowest_loss=lowest, largest_step_drop=step,
             seconds_per_iteration=spi,
             errors=previous.errors if previous is not None else (), made=self.calls,
+            **_calibrated(previous, losses[start:], self._misses, self._pooled_z),
         )
 
     def _window(self, job: JobView, previous: CurveFit | None) -> _Window:
@@ -490,6 +520,44 @@ def _tracked_errors(previous: CurveFit | None, job: JobView
         errors[f] = total / len(picks) / previous.height
     horizon = sum(p.iteration - previous.k_last for p in picks) / len(picks)
     return errors, float(horizon)
+
+
+def _calibrated(previous: CurveFit | None, new: Sequence[LossPoint], pool: deque[float],
+                pooled_z: Callable[[], float | None]) -> dict[str, Any]:
+    """``misses`` and ``z`` after judging ``previous``'s band on the newest
+    point (split-conformal, per job: ``z`` is the coverage quantile of the
+    recent misses measured in band widths, so a job whose curve surprises its
+    fits gets a wider band, a steady one a tighter one).
+
+    Judged at the newest point only: that is the farthest horizon since the
+    earlier fit, a chunk ahead live, where the band matters; nearer points
+    miss less and would make the band too narrow there. A job with fewer
+    than ``_OWN_MISSES`` misses of its own takes the quantile of every job's
+    recent ones (``pool``, which this call extends)."""
+    misses = list(previous.misses) if previous is not None else []
+    if previous is not None and previous.known and not previous.pending and new:
+        mean, _, high = previous.predict(new[-1].iteration - previous.k_last)
+        width = (high - mean) / previous.z if previous.z > 0 else 0.0
+        error = abs(new[-1].loss - mean)
+        if math.isfinite(error):
+            miss = error / width if width > 0 else (0.0 if error == 0 else 1e3)
+            misses.append(miss)
+            pool.append(miss)
+    misses = misses[-_MISSES_KEPT:]
+    z = _quantile(misses) if len(misses) >= _OWN_MISSES else pooled_z()
+    if z is None:
+        return {"misses": tuple(misses)}
+    return {"misses": tuple(misses), "z": z}
+
+
+def _quantile(misses: list[float]) -> float | None:
+    """The ``BAND_COVERAGE`` split-conformal quantile (the ``ceil(c (m + 1))``-th
+    smallest of ``m``), kept within [0.25, 1000]; ``None`` without misses."""
+    if not misses:
+        return None
+    ranked = sorted(misses)
+    at = min(math.ceil(BAND_COVERAGE * (len(ranked) + 1)), len(ranked)) - 1
+    return min(max(ranked[at], 0.25), 1e3)
 
 
 def _smooth(previous: float, new: float, alpha: float) -> float:

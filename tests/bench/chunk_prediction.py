@@ -5,10 +5,10 @@
 
 The policy ranks a job by the loss drop its next chunk should bring. For
 every curve of each trace, at ``--points`` evenly spaced iterations ``k``,
-the predictor sees the history up to ``k`` (one predictor per curve, used
-incrementally as the live scheduler uses it) and predicts the loss one chunk
-ahead, ``h`` iterations: a chunk length at the curve's own mean speed. Per
-trace and chunk length it prints:
+the predictor sees the history up to ``k`` (one predictor for the trace's
+curves, one job each, used incrementally as the live scheduler uses it) and
+predicts the loss one chunk ahead, ``h`` iterations: a chunk length at the
+curve's own mean speed. Per trace and chunk length it prints:
 
 * ``ours`` / ``geometric``: mean absolute error of the predicted gain
   ``L_k - L_{k+h}``, as a share of the curve's whole drop ``L_0 - L_final``
@@ -45,7 +45,8 @@ class Errors:
         self.inside += other.inside
 
 
-def curve_errors(curve: TraceCurve, chunk_seconds: float, points: int) -> Errors:
+def curve_errors(curve: TraceCurve, chunk_seconds: float, points: int,
+                 predictor: LossPredictor, job_id: int) -> Errors:
     losses = curve.losses
     n = len(losses)
     out = Errors([], [], [])
@@ -55,10 +56,9 @@ def curve_errors(curve: TraceCurve, chunk_seconds: float, points: int) -> Errors
     spi = max(curve.total_seconds / n, 1e-9)
     h = max(1, round(chunk_seconds / spi))
     history = [LossPoint(i + 1, losses[i], curve.seconds[i]) for i in range(n)]
-    predictor = LossPredictor()
     for k in np.unique(np.linspace(3, n - 1, points).astype(int)):
         ahead = min(h, n - int(k))
-        view = JobView(job_id=0, tenant_id=0, submitted_at=0.0, iterations_done=int(k),
+        view = JobView(job_id=job_id, tenant_id=0, submitted_at=0.0, iterations_done=int(k),
                        max_iterations=n, losses=history[:k])
         fit = predictor.fit(view)
         last, before, actual = losses[k - 1], losses[k - 2], losses[k - 1 + ahead]
@@ -74,8 +74,11 @@ def curve_errors(curve: TraceCurve, chunk_seconds: float, points: int) -> Errors
 def measure(trace_name: str, chunk_seconds: float, points: int) -> dict[str, Errors]:
     """Errors per algorithm (shape, on synthetic traces) and in ``"all"``."""
     out: dict[str, Errors] = {"all": Errors([], [], [])}
-    for curve in get_trace(trace_name).curves:
-        errors = curve_errors(curve, chunk_seconds, points)
+    # One predictor for every curve, as the live scheduler has: a young job's
+    # band borrows the other jobs' recent misses.
+    predictor = LossPredictor()
+    for job_id, curve in enumerate(get_trace(trace_name).curves):
+        errors = curve_errors(curve, chunk_seconds, points, predictor, job_id)
         out["all"].extend(errors)
         out.setdefault(curve.algorithm or "unknown", Errors([], [], [])).extend(errors)
     return out

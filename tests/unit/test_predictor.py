@@ -188,3 +188,24 @@ def test_a_kept_fit_is_read_from_the_jobs_newer_position() -> None:
     assert fit.drop(50, after=200) < 0.5 * fit.drop(50)
     assert fit.drop(50, after=200) == pytest.approx(later.drop(50), rel=0.2)
     assert fit.drop(50, after=200) == pytest.approx(f(300) - f(350), rel=0.2)
+
+
+def test_band_is_calibrated_on_the_jobs_own_misses() -> None:
+    # A cyclic-learning-rate-like wobble no family models: the model's own
+    # spread holds the next chunk's loss about 60% of the time; scaled by the
+    # job's recent misses, about 90%.
+    def wobbling(k: int) -> float:
+        return (0.2 + 1 / (1 + k / 50)) * (1 + 0.05 * math.sin(k / 40))
+
+    job = view(wobbling, 2000, noise=0.01, seed=1)
+    predictor = LossPredictor()
+    calibrated, model_only = [], []
+    for k in range(40, 1960, 40):
+        fit = predictor.fit(replace(job, losses=job.losses[:k], iterations_done=k))
+        mean, low, high = fit.predict(40)
+        actual = job.losses[k + 39].loss
+        calibrated.append(low <= actual <= high)
+        spread = (high - mean) / fit.z
+        model_only.append(mean - spread <= actual <= mean + spread)
+    assert np.mean(calibrated[10:]) >= 0.85
+    assert np.mean(model_only[10:]) < 0.75
