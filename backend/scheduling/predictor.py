@@ -27,6 +27,7 @@ residual scale, ``drift`` the measured out-of-sample error per iteration ahead.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -357,12 +358,7 @@ class LossPredictor:
         n = len(job.losses)
         # Only the recent part of the history is fitted: early, steep losses
         # would dominate a least-squares fit and hide the tail's curvature.
-        recent = min(n, max(cfg.min_history, math.ceil(cfg.history_frac * n)))
-        ages = np.unique(np.concatenate([
-            np.arange(min(cfg.dense_tail, n)),
-            np.round(np.linspace(0, recent - 1, cfg.window - cfg.dense_tail)).astype(int),
-        ]))
-        picked = [job.losses[n - 1 - a] for a in ages[::-1]]
+        picked = [job.losses[n - 1 - a] for a in _window_ages(cfg, n)]
         k = np.array([p.iteration for p in picked], dtype=float)
         loss = np.array([p.loss for p in picked], dtype=float)
         k0, k_last = k[0], k[-1]
@@ -444,6 +440,18 @@ def _pending(job: JobView) -> CurveFit:
                     k0=0.0, span=1.0, lo=0.0, height=1.0, anchor=math.nan, noise=0.0,
                     drift=0.0, initial_loss=math.nan, lowest_loss=math.nan,
                     largest_step_drop=0.0, seconds_per_iteration=None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _window_ages(cfg: PredictorConfig, n: int) -> tuple[int, ...]:
+    """Ages (0 = newest) of the points a window of ``n`` points fits, oldest
+    first; the same for every job of that length, so computed once."""
+    recent = min(n, max(cfg.min_history, math.ceil(cfg.history_frac * n)))
+    ages = np.unique(np.concatenate([
+        np.arange(min(cfg.dense_tail, n)),
+        np.round(np.linspace(0, recent - 1, cfg.window - cfg.dense_tail)).astype(int),
+    ]))
+    return tuple(int(a) for a in ages[::-1])
 
 
 def _pack(windows: list[_Window], size: int) -> tuple[np.ndarray, ...]:
