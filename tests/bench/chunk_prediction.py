@@ -17,6 +17,9 @@ curve's own mean speed. Per trace and chunk length it prints:
   predicts no gain rather than an exponential rise);
 * ``ratio``: ours over geometric (the scheduling issue asks for <= 0.5);
 * ``band``: how often the truth ``L_{k+h}`` lies inside our band (asked: >= 90%).
+
+``--every-chunk`` predicts at every chunk boundary instead (a refit per
+chunk, as the live scheduler refits after each chunk a job runs).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class Errors:
         self.inside += other.inside
 
 
-def curve_errors(curve: TraceCurve, chunk_seconds: float, points: int,
+def curve_errors(curve: TraceCurve, chunk_seconds: float, points: int | None,
                  predictor: LossPredictor, job_id: int) -> Errors:
     losses = curve.losses
     n = len(losses)
@@ -56,7 +59,10 @@ def curve_errors(curve: TraceCurve, chunk_seconds: float, points: int,
     spi = max(curve.total_seconds / n, 1e-9)
     h = max(1, round(chunk_seconds / spi))
     history = [LossPoint(i + 1, losses[i], curve.seconds[i]) for i in range(n)]
-    for k in np.unique(np.linspace(3, n - 1, points).astype(int)):
+    # ``points=None``: at every chunk boundary, a refit per chunk, as live.
+    ks = range(min(h, n - 1), n - 1, h) if points is None else \
+        np.unique(np.linspace(3, n - 1, points).astype(int))
+    for k in ks:
         ahead = min(h, n - int(k))
         view = JobView(job_id=job_id, tenant_id=0, submitted_at=0.0, iterations_done=int(k),
                        max_iterations=n, losses=history[:k])
@@ -71,7 +77,8 @@ def curve_errors(curve: TraceCurve, chunk_seconds: float, points: int,
     return out
 
 
-def measure(trace_name: str, chunk_seconds: float, points: int) -> dict[str, Errors]:
+def measure(trace_name: str, chunk_seconds: float, points: int | None
+            ) -> dict[str, Errors]:
     """Errors per algorithm (shape, on synthetic traces) and in ``"all"``."""
     out: dict[str, Errors] = {"all": Errors([], [], [])}
     # One predictor for every curve, as the live scheduler has: a young job's
@@ -96,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         default=["standard", "torch", "synthetic:0", "synthetic:1"])
     parser.add_argument("--chunk-seconds", type=float, nargs="+", default=[1.0, 0.1])
     parser.add_argument("--points", type=int, default=40)
+    parser.add_argument("--every-chunk", action="store_true",
+                        help="predict at every chunk boundary instead of --points points")
     parser.add_argument("--by-algorithm", action="store_true",
                         help="also one row per algorithm (per shape on synthetic traces)")
     args = parser.parse_args(argv)
@@ -103,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{'band':>8}")
     for name in args.traces:
         for chunk in args.chunk_seconds:
-            groups = measure(name, chunk, args.points)
+            groups = measure(name, chunk, None if args.every_chunk else args.points)
             print(_row(name, chunk, groups.pop("all")), flush=True)
             if args.by_algorithm:
                 for algorithm, e in sorted(groups.items()):
