@@ -21,7 +21,10 @@ How a fit is made (DESIGN §5):
   ``L_{k+n} = L_k r^n`` is used instead.
 
 The band is ``z * sqrt(noise^2 + (drift * n)^2)``: ``noise`` is the fit's
-residual scale, ``drift`` the measured out-of-sample error per iteration ahead.
+residual scale, ``drift`` the measured out-of-sample error per iteration
+ahead, and ``z`` is calibrated on how far the job's newest points fell from
+its earlier fits (:func:`_calibrated`), so the band holds about
+``BAND_COVERAGE`` of them.
 """
 
 from __future__ import annotations
@@ -170,7 +173,7 @@ _MISSES_KEPT = 40
 """Recent misses a job's band is calibrated on."""
 
 _OWN_MISSES = 10
-"""A job with fewer misses of its own is calibrated on every job's recent misses too."""
+"""A job with fewer misses of its own takes the quantile of every job's recent misses."""
 
 _POOLED_MISSES = 400
 """Recent misses of all jobs kept for that."""
