@@ -209,3 +209,19 @@ def test_band_is_calibrated_on_the_jobs_own_misses() -> None:
         model_only.append(mean - spread <= actual <= mean + spread)
     assert np.mean(calibrated[10:]) >= 0.85
     assert np.mean(model_only[10:]) < 0.75
+
+
+def test_a_young_job_borrows_the_other_jobs_calibration() -> None:
+    def wobbling(k: int) -> float:
+        return (0.2 + 1 / (1 + k / 50)) * (1 + 0.05 * math.sin(k / 40))
+
+    veteran = view(wobbling, 2000, noise=0.01, seed=1)
+    predictor = LossPredictor()
+    for k in range(40, 1960, 40):
+        own = predictor.fit(replace(veteran, losses=veteran.losses[:k], iterations_done=k))
+    newcomer = view(CURVES["inv_lin"], 60, job_id=2)
+    borrowed = predictor.fit(newcomer)
+    alone = LossPredictor().fit(newcomer)
+    assert alone.z == 1.0, "nothing to calibrate on: the model's own band"
+    assert borrowed.z > 1.2, "the wobbling job's misses widen a newcomer's band"
+    assert own.z > 1.2
