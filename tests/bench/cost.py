@@ -13,7 +13,8 @@ histories, then times, per policy:
   ``deferred`` is how many of those jobs the budget left on their older fit;
 * ``idle``: the same snapshot again (no new points; the deferred jobs are
   fitted now; best of 3);
-* ``refit/job``: catch-up time per fitted job.
+* ``refit/job``: catch-up time over the number of jobs (each catch-up call
+  also ranks every job, so this is an upper bound on one refit).
 
 Half the slots (at most half the jobs) are running; the other half are free.
 """
