@@ -79,6 +79,7 @@ def focus(snapshot: Snapshot, grants: Sequence[Grant],
     for candidates in by_experiment.values():
         candidates.sort(key=lambda job: (standings[job.job_id].score, job.job_id))
     out = list(grants)
+    given: set[int] = set()
     for i in positions:
         standing = standings[grants[i].job_id]
         candidates = by_experiment[standing.experiment_id]
@@ -87,18 +88,22 @@ def focus(snapshot: Snapshot, grants: Sequence[Grant],
         needs = views[grants[i].job_id].requirements
         pick = next(job for job in candidates if job.requirements == needs)
         candidates.remove(pick)
+        given.add(pick.job_id)
         if pick.job_id == grants[i].job_id:
             continue
         out[i] = replace(grants[i], job_id=pick.job_id,
                          iterations=chunk_iterations(snapshot, pick), predicted_gain=None,
-                         reason=_reason(standings[pick.job_id], grants[i].job_id, standing))
+                         reason=_reason(standings[pick.job_id], grants[i].job_id, standing,
+                                        earlier=grants[i].job_id in given))
     return out
 
 
-def _reason(standing: Standing, ranked: int, instead: Standing) -> str:
+def _reason(standing: Standing, ranked: int, instead: Standing, *, earlier: bool) -> str:
+    # ``earlier``: the ranked job is ahead of this one and took an earlier
+    # slot itself, so this slot went to the next best, behind it.
     return (f"experiment focus: {standing.text}, the best of its experiment's waiting "
             f"configurations; the policy gave this slot to the experiment's job {ranked} "
-            f"({instead.text})")
+            f"({instead.text})" + (", which took an earlier slot" if earlier else ""))
 
 
 class Focused:

@@ -113,3 +113,15 @@ def test_the_queue_is_explained_as_it_will_be_granted() -> None:
     assert [focused[i].position for i in (3, 2, 1)] == [1, 2, 3]
     assert focused[3].policy_reason.startswith("experiment focus: its latest loss 0.1")
 
+
+
+def test_a_slot_behind_its_ranked_job_says_that_job_took_an_earlier_slot() -> None:
+    # The policy ranks job 1 (0.9) then job 2 (0.3): the first slot goes to
+    # job 2, the best; the second to job 3 (0.5), and its reason says why a
+    # job behind job 2 got it.
+    jobs = snapshot(view(1), view(2), view(3))
+    ranks = {1: standing(7, 0.9), 2: standing(7, 0.3), 3: standing(7, 0.5)}
+    out = focus(jobs, [Grant(1, 100, "rank 1"), Grant(2, 100, "rank 2")], ranks)
+    assert [g.job_id for g in out] == [2, 3]
+    assert out[0].reason.endswith("job 1 (its latest loss 0.9)")
+    assert out[1].reason.endswith("job 2 (its latest loss 0.3), which took an earlier slot")
