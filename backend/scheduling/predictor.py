@@ -35,7 +35,6 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
@@ -262,8 +261,8 @@ class LossPredictor:
         if chosen:
             self._refit(chosen)
         pending = self._pending
-        for job in jobs:
-            if job.job_id not in fits and job.job_id not in pending:
+        for job in fresh[budget:]:  # never fitted, beyond the budget
+            if job.job_id not in pending:
                 pending[job.job_id] = _pending(job)
         return [fits.get(job.job_id) or pending[job.job_id] for job in jobs]
 
@@ -338,6 +337,7 @@ class LossPredictor:
             if not np.isnan(steps).all():
                 step = max(step, float(np.nanmax(steps)))
         spi = _seconds_per_iteration(losses, self.config.timing_points)
+        misses, z = _calibrated(previous, losses[start:], self._misses, self._pooled_z)
         family, anchor = UNKNOWN, math.nan
         params: tuple[float, ...] = ()
         if losses:
@@ -353,7 +353,7 @@ class LossPredictor:
             initial_loss=initial, lowest_loss=lowest, largest_step_drop=step,
             seconds_per_iteration=spi,
             errors=previous.errors if previous is not None else (), made=self.calls,
-            **_calibrated(previous, losses[start:], self._misses, self._pooled_z),
+            misses=misses, z=z,
         )
 
     def _window(self, job: JobView, previous: CurveFit | None) -> _Window:
@@ -534,7 +534,7 @@ def _tracked_errors(previous: CurveFit | None, job: JobView
 
 
 def _calibrated(previous: CurveFit | None, new: Sequence[LossPoint], pool: deque[float],
-                pooled_z: Callable[[], float | None]) -> dict[str, Any]:
+                pooled_z: Callable[[], float | None]) -> tuple[tuple[float, ...], float]:
     """``misses`` and ``z`` after judging ``previous``'s band on the newest
     point (split-conformal, per job: ``z`` is the coverage quantile of the
     recent misses measured in band widths, so a job whose curve surprises its
@@ -556,9 +556,7 @@ def _calibrated(previous: CurveFit | None, new: Sequence[LossPoint], pool: deque
             pool.append(miss)
     misses = misses[-_MISSES_KEPT:]
     z = _quantile(misses) if len(misses) >= _OWN_MISSES else pooled_z()
-    if z is None:
-        return {"misses": tuple(misses)}
-    return {"misses": tuple(misses), "z": z}
+    return tuple(misses), 1.0 if z is None else z
 
 
 def _quantile(misses: list[float]) -> float | None:
