@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from backend.core.models import LossRecord, MetricRecord
+from backend.scheduling.loss_history import EMPTY, LossHistory, LossRing
 from backend.scheduling.types import LIVE_HISTORY_POINTS, LossPoint
 
 # Training iterations whose mean duration an evaluation point carries.
@@ -31,7 +32,7 @@ TRAINING_LOSS = "loss"
 class HistoryCache:
     def __init__(self) -> None:
         self._last_id = 0
-        self._points: dict[int, deque[LossPoint]] = {}
+        self._points: dict[int, LossRing] = {}
         self._first: dict[int, float] = {}
         # Bumped whenever a job's points change, so cached views know to rebuild.
         self._versions: dict[int, int] = {}
@@ -69,7 +70,7 @@ class HistoryCache:
         for job_id, done in evaluated.items():
             if done == 0 and job_id not in self._points:
                 # Never ran: nothing to read (no query per new job).
-                self._points[job_id] = deque(maxlen=LIVE_HISTORY_POINTS)
+                self._points[job_id] = LossRing(LIVE_HISTORY_POINTS)
                 self._timing[job_id] = deque(maxlen=TIMING_POINTS)
             elif self._lags(job_id, done):
                 self._reload_metric(session, job_id, done)
@@ -78,10 +79,10 @@ class HistoryCache:
         for job_id in unseen:
             if job_id not in with_rows:
                 # A job that never ran has no rows: no query per new job.
-                self._points[job_id] = deque(maxlen=LIVE_HISTORY_POINTS)
+                self._points[job_id] = LossRing(LIVE_HISTORY_POINTS)
         for job_id, done in changed.items():
             points = self._points.get(job_id)
-            if points is None or (done > 0 and (not points or points[-1].iteration < done)):
+            if points is None or (done > 0 and points.newest_iteration < done):
                 self._reload(session, job_id)
 
     def _forget(self, job_id: int) -> None:
@@ -104,7 +105,7 @@ class HistoryCache:
             return False
         every = self._metric[job_id][1]
         expected = done - done % every if every > 0 else 0
-        return expected > 0 and (not points or points[-1].iteration < expected)
+        return expected > 0 and points.newest_iteration < expected
 
     def _load_timing(self, session: Session, job_id: int) -> None:
         timing = session.execute(
@@ -124,9 +125,9 @@ class HistoryCache:
             .limit(LIVE_HISTORY_POINTS)
         ).all()
         seconds = self._seconds(job_id)
-        self._points[job_id] = deque(
+        self._points[job_id] = LossRing.of(
             (LossPoint(int(r[0]), float(r[1]), seconds) for r in reversed(rows)),
-            maxlen=LIVE_HISTORY_POINTS)
+            LIVE_HISTORY_POINTS)
         self._reloaded_at[job_id] = done
         self._versions[job_id] = self._versions.get(job_id, 0) + 1
 
@@ -161,13 +162,13 @@ class HistoryCache:
             tracked = self._metric.get(int(job_id))
             points = self._points.get(int(job_id))
             if tracked is None or tracked[0] != name or points is None or \
-                    (points and points[-1].iteration >= iteration):
+                    (points and points.newest_iteration >= iteration):
                 continue
             if not self._timing.get(int(job_id)):
                 # Its first evaluation: the loss rows before it may predate
                 # this cache's first read, so its speed is read once.
                 self._load_timing(session, int(job_id))
-            points.append(LossPoint(int(iteration), float(value), self._seconds(int(job_id))))
+            points.append(int(iteration), float(value), self._seconds(int(job_id)))
             self._versions[int(job_id)] = self._versions.get(int(job_id), 0) + 1
 
     @staticmethod
@@ -188,10 +189,9 @@ class HistoryCache:
             .order_by(col(LossRecord.iteration).desc())
             .limit(LIVE_HISTORY_POINTS)
         ).all()
-        self._points[job_id] = deque(
+        self._points[job_id] = LossRing.of(
             (LossPoint(int(r[0]), float(r[1]), float(r[2])) for r in reversed(rows)),
-            maxlen=LIVE_HISTORY_POINTS,
-        )
+            LIVE_HISTORY_POINTS)
         self._versions[job_id] = self._versions.get(job_id, 0) + 1
 
     def _pull_new_rows(self, session: Session) -> None:
@@ -215,13 +215,15 @@ class HistoryCache:
             if int(job_id) in self._metric:
                 continue
             points = self._points.get(int(job_id))
-            if points is None or (points and points[-1].iteration >= iteration):
+            if points is None or (points and points.newest_iteration >= iteration):
                 continue  # not tracked, or a re-run of an iteration we have
-            points.append(LossPoint(int(iteration), float(loss), float(seconds)))
+            points.append(int(iteration), float(loss), float(seconds))
             self._versions[int(job_id)] = self._versions.get(int(job_id), 0) + 1
 
     def version(self, job_id: int) -> int:
         return self._versions.get(job_id, 0)
 
-    def points(self, job_id: int) -> tuple[LossPoint, ...]:
-        return tuple(self._points.get(job_id, ()))
+    def points(self, job_id: int) -> LossHistory:
+        """The job's cached points: a zero-copy view that later rows do not change."""
+        ring = self._points.get(job_id)
+        return EMPTY if ring is None else ring.view()

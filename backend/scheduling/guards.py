@@ -78,7 +78,7 @@ def split_overdue(
     rest: list[JobView] = []
     for job in jobs:
         since = job.waiting_since
-        if since <= any_cut or (since <= new_cut and not job.losses):
+        if since <= any_cut or (since <= new_cut and not job.history.size):
             overdue.append(job)
         else:
             rest.append(job)
@@ -122,7 +122,7 @@ class ServiceFloor:
         if bound is None or not jobs:
             return [], jobs
         cut = snapshot.now - bound
-        late = [job for job in jobs if job.losses and job.waiting_since <= cut]
+        late = [job for job in jobs if job.waiting_since <= cut and job.history.size]
         if not late:
             return [], jobs
         ids = {job.job_id for job in late}

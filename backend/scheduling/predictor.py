@@ -29,7 +29,6 @@ its earlier fits (:func:`_calibrated`), so the band holds about
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 from collections import deque
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from backend.scheduling.curves import FAMILIES, asymptote, evaluate, fit_all
+from backend.scheduling.loss_history import LossHistory
 from backend.scheduling.types import JobView, LossPoint
 
 GEOMETRIC = "geometric"
@@ -190,10 +190,42 @@ def _scaled(family: str, params: tuple[float, ...], x: float) -> float:
     raise ValueError(family)
 
 
+def drops(fits: Sequence[CurveFit], n: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """:meth:`CurveFit.drop` for many fits at once: ``n`` is ``(J, M)``
+    iteration counts (row ``j`` for ``fits[j]``), ``after`` is ``(J,)``.
+
+    One array pass per family instead of a Python call per fit and horizon:
+    a round re-reads hundreds of jobs' fits at several horizons."""
+    out = np.zeros(n.shape)
+    by_family: dict[str, list[int]] = {}
+    for j, fit in enumerate(fits):
+        by_family.setdefault(fit.family, []).append(j)
+    for family, rows in by_family.items():
+        if family in (FLAT, UNKNOWN, PENDING):
+            continue
+        picked = [fits[j] for j in rows]
+        m = n[rows]
+        later = after[rows, None]
+        if family == GEOMETRIC:
+            ratio = np.array([f.params[0] for f in picked])[:, None]
+            anchor = np.array([max(f.anchor, 0.0) for f in picked])[:, None]
+            out[rows] = anchor * ratio**later * (1.0 - ratio**m)
+            continue
+        params = np.array([f.params for f in picked])
+        span = np.array([f.span for f in picked])[:, None]
+        height = np.array([f.height for f in picked])[:, None]
+        start = 1.0 + later / span
+        now = evaluate(family, params, start)
+        drop = height * (now - evaluate(family, params, start + m / span))
+        out[rows] = np.maximum(drop, 0.0)
+    out[n <= 0] = 0.0
+    return out
+
+
 def history_key(job: JobView) -> tuple[int, int]:
     """Identifies a job's loss history: (newest iteration, number of points)."""
-    losses = job.losses
-    return (losses[-1].iteration if losses else 0, len(losses))
+    history = job.history
+    return (history.newest_iteration, history.size)
 
 
 @dataclass
@@ -309,10 +341,11 @@ class LossPredictor:
 
     def _statistics(self, job: JobView) -> CurveFit:
         """Running statistics, updated from new points only, plus the geometric fit."""
-        losses = job.losses
+        history = job.history
+        losses = history.values
         previous = self._fits.get(job.job_id)
-        if losses:
-            initial = job.initial_loss if job.initial_loss is not None else losses[0].loss
+        if len(losses):
+            initial = job.initial_loss if job.initial_loss is not None else float(losses[0])
         else:
             initial = job.initial_loss if job.initial_loss is not None else math.nan
         if previous is None:
@@ -320,14 +353,14 @@ class LossPredictor:
             prev_loss = initial
         else:
             lowest, step = previous.lowest_loss, previous.largest_step_drop
-            start = bisect.bisect_right(losses, previous.k_last, key=_iteration)
-            prev_loss = losses[start - 1].loss if start > 0 else math.nan
+            start = int(np.searchsorted(history.iterations, previous.k_last, side="right"))
+            prev_loss = float(losses[start - 1]) if start > 0 else math.nan
         if start < len(losses):
             # A chunk adds hundreds of points and a round refits thousands of
             # jobs: one array pass, not a Python loop, per job. A non-finite
             # loss (a diverged or overflowed step) and the steps to and from
             # it are skipped: an infinite "drop" would outrank every job.
-            new = np.fromiter((p.loss for p in losses[start:]), float, len(losses) - start)
+            new = losses[start:].copy()
             new[~np.isfinite(new)] = np.nan
             if not np.isnan(new).all():
                 lowest = float(np.nanmin(new)) if math.isnan(lowest) else \
@@ -336,34 +369,36 @@ class LossPredictor:
             steps = np.concatenate(([before], new[:-1])) - new
             if not np.isnan(steps).all():
                 step = max(step, float(np.nanmax(steps)))
-        spi = _seconds_per_iteration(losses, self.config.timing_points)
-        misses, z = _calibrated(previous, losses[start:], self._misses, self._pooled_z)
+        spi = history.mean_seconds(self.config.timing_points)
+        newest = (history.newest_iteration, float(losses[-1])) if start < history.size else None
+        misses, z = _calibrated(previous, newest, self._misses, self._pooled_z)
         family, anchor = UNKNOWN, math.nan
         params: tuple[float, ...] = ()
-        if losses:
-            anchor = losses[-1].loss
-            ratio = _geometric_ratio(losses, initial)
+        if len(losses):
+            anchor = float(losses[-1])
+            ratio = _geometric_ratio(history, initial)
             if ratio is not None:
                 family, params = GEOMETRIC, (ratio,)
         return CurveFit(
             job_id=job.job_id, key=history_key(job), family=family, params=params,
-            k_last=losses[-1].iteration if losses else 0, k0=0.0, span=1.0, lo=0.0,
+            k_last=history.newest_iteration, k0=0.0, span=1.0, lo=0.0,
             height=1.0, anchor=anchor, noise=0.0,
             drift=abs(anchor) * 0.05 if family == GEOMETRIC else 0.0,
             initial_loss=initial, lowest_loss=lowest, largest_step_drop=step,
-            seconds_per_iteration=spi,
+            seconds_per_iteration=None if spi is None else max(spi, 1e-6),
             errors=previous.errors if previous is not None else (), made=self.calls,
             misses=misses, z=z,
         )
 
     def _window(self, job: JobView, previous: CurveFit | None) -> _Window:
         cfg = self.config
-        n = len(job.losses)
+        history = job.history
+        n = len(history)
         # Only the recent part of the history is fitted: early, steep losses
         # would dominate a least-squares fit and hide the tail's curvature.
-        picked = [job.losses[n - 1 - a] for a in _window_ages(cfg, n)]
-        k = np.array([p.iteration for p in picked], dtype=float)
-        loss = np.array([p.loss for p in picked], dtype=float)
+        picked = n - 1 - _window_ages(cfg, n)
+        k = history.iterations[picked].astype(float)
+        loss = history.values[picked]
         k0, k_last = k[0], k[-1]
         span = max(k_last - k0, 1.0)
         lo = float(loss.min())
@@ -446,7 +481,7 @@ def _pending(job: JobView) -> CurveFit:
 
 
 @functools.lru_cache(maxsize=4096)
-def _window_ages(cfg: PredictorConfig, n: int) -> tuple[int, ...]:
+def _window_ages(cfg: PredictorConfig, n: int) -> np.ndarray:
     """Ages (0 = newest) of the points a window of ``n`` points fits, oldest
     first; the same for every job of that length, so computed once."""
     recent = min(n, max(cfg.min_history, math.ceil(cfg.history_frac * n)))
@@ -454,7 +489,9 @@ def _window_ages(cfg: PredictorConfig, n: int) -> tuple[int, ...]:
         np.arange(min(cfg.dense_tail, n)),
         np.round(np.linspace(0, recent - 1, cfg.window - cfg.dense_tail)).astype(int),
     ]))
-    return tuple(int(a) for a in ages[::-1])
+    ages = ages[::-1].copy()
+    ages.flags.writeable = False  # shared by every call (cached)
+    return ages
 
 
 def _pack(windows: list[_Window], size: int) -> tuple[np.ndarray, ...]:
@@ -508,15 +545,14 @@ def _tracked_errors(previous: CurveFit | None, job: JobView
     """
     if previous is None or len(previous.candidates) != len(FAMILIES):
         return None
-    losses = job.losses
-    start = len(losses)
-    while start > 0 and losses[start - 1].iteration > previous.k_last:
-        start -= 1
-    new = losses[start:]
-    if not new:
+    history = job.history
+    start = int(np.searchsorted(history.iterations, previous.k_last, side="right"))
+    count = history.size - start
+    if count <= 0:
         return None
-    picks = [new[i] for i in sorted({round(j * (len(new) - 1) / max(_TRACKED_POINTS - 1, 1))
-                                     for j in range(min(_TRACKED_POINTS, len(new)))})]
+    at = start + np.array(sorted({round(j * (count - 1) / max(_TRACKED_POINTS - 1, 1))
+                                  for j in range(min(_TRACKED_POINTS, count))}))
+    picks = list(zip(history.iterations[at].tolist(), history.values[at].tolist(), strict=True))
     errors = np.full(len(FAMILIES), np.inf)
     for f, params in enumerate(previous.candidates):
         if params is None:
@@ -524,19 +560,21 @@ def _tracked_errors(previous: CurveFit | None, job: JobView
         family = FAMILIES[f]
         now = _scaled(family, params, 1.0)
         total = 0.0
-        for p in picks:
-            later = _scaled(family, params, 1.0 + (p.iteration - previous.k_last) / previous.span)
+        for iteration, loss in picks:
+            later = _scaled(family, params, 1.0 + (iteration - previous.k_last) / previous.span)
             predicted = previous.anchor - previous.height * (now - later)
-            total += abs(predicted - p.loss)
+            total += abs(predicted - loss)
         errors[f] = total / len(picks) / previous.height
-    horizon = sum(p.iteration - previous.k_last for p in picks) / len(picks)
+    horizon = sum(iteration - previous.k_last for iteration, _ in picks) / len(picks)
     return errors, float(horizon)
 
 
-def _calibrated(previous: CurveFit | None, new: Sequence[LossPoint], pool: deque[float],
-                pooled_z: Callable[[], float | None]) -> tuple[tuple[float, ...], float]:
+def _calibrated(previous: CurveFit | None, newest: tuple[int, float] | None,
+                pool: deque[float], pooled_z: Callable[[], float | None]
+                ) -> tuple[tuple[float, ...], float]:
     """``misses`` and ``z`` after judging ``previous``'s band on the newest
-    point (split-conformal, per job: ``z`` is the coverage quantile of the
+    point ``newest`` (iteration, loss; ``None`` when no point arrived since
+    ``previous``) (split-conformal, per job: ``z`` is the coverage quantile of the
     recent misses measured in band widths, so a job whose curve surprises its
     fits gets a wider band, a steady one a tighter one).
 
@@ -546,10 +584,10 @@ def _calibrated(previous: CurveFit | None, new: Sequence[LossPoint], pool: deque
     than ``_OWN_MISSES`` misses of its own takes the quantile of every job's
     recent ones (``pool``, which this call extends)."""
     misses = list(previous.misses) if previous is not None else []
-    if previous is not None and previous.known and not previous.pending and new:
-        mean, _, high = previous.predict(new[-1].iteration - previous.k_last)
+    if previous is not None and previous.known and not previous.pending and newest:
+        mean, _, high = previous.predict(newest[0] - previous.k_last)
         width = (high - mean) / previous.z if previous.z > 0 else 0.0
-        error = abs(new[-1].loss - mean)
+        error = abs(newest[1] - mean)
         if math.isfinite(error):
             miss = error / width if width > 0 else (0.0 if error == 0 else 1e3)
             misses.append(miss)
@@ -585,34 +623,23 @@ def _recent_offset(resid: np.ndarray, used: np.ndarray) -> np.ndarray:
     return (resid * newest).sum(1) / np.maximum(newest.sum(1), 1)
 
 
-def _iteration(point: LossPoint) -> int:
-    return point.iteration
-
-
-def _seconds_per_iteration(losses: Sequence[LossPoint], count: int) -> float | None:
-    recent = losses[-count:]
-    if not recent:
-        return None
-    return max(sum(p.seconds for p in recent) / len(recent), 1e-6)
-
-
-def _geometric_ratio(losses: Sequence[LossPoint], initial: float) -> float | None:
+def _geometric_ratio(history: LossHistory, initial: float) -> float | None:
     """Per-iteration ratio ``r`` with ``L_last = L_ref r^(k_last - k_ref)``.
 
     The reference is the oldest point (or the initial loss at iteration 0), so
     one noisy step does not decide the ratio. Clamped to (0, 1): geometric
     extrapolation is meant to be optimistic and never predicts a rise.
     """
-    last = losses[-1]
-    if len(losses) >= 2:
-        ref_k, ref_l = losses[0].iteration, losses[0].loss
+    last_k, last_l = history.newest_iteration, float(history.values[-1])
+    if history.size >= 2:
+        ref_k, ref_l = int(history.iterations[0]), float(history.values[0])
     elif not math.isnan(initial):
         ref_k, ref_l = 0, initial
     else:
         return None
-    if last.iteration <= ref_k or ref_l <= 0 or last.loss <= 0:
+    if last_k <= ref_k or ref_l <= 0 or last_l <= 0:
         return None
-    ratio = (last.loss / ref_l) ** (1.0 / (last.iteration - ref_k))
+    ratio = (last_l / ref_l) ** (1.0 / (last_k - ref_k))
     return min(max(ratio, 1e-6), 1.0)
 
 

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from backend.scheduling.allocation import split_grants
+from backend.scheduling.loss_history import LossHistory, LossRing
 from backend.scheduling.placement import eligible_pools, place, refusal
 from backend.scheduling.policies.oracle import TrueCurve
 from backend.scheduling.registry import SIMULATION_ONLY, make_policy
@@ -59,7 +60,6 @@ from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import (
     Grant,
     JobView,
-    LossPoint,
     Policy,
     PoolView,
     Requirements,
@@ -127,7 +127,7 @@ class SimJob:
     curve: TraceCurve
     tenant_id: int
     arrival: float
-    points: list[LossPoint] = field(default_factory=list)
+    ring: LossRing = field(default_factory=LossRing)
     iteration_times: list[float] = field(default_factory=list)
     done: int = 0
     running: bool = False
@@ -148,6 +148,11 @@ class SimJob:
     _view: JobView | None = field(default=None, repr=False, compare=False)
 
     @property
+    def history(self) -> LossHistory:
+        """Every loss point the job has reported (zero-copy)."""
+        return self.ring.view()
+
+    @property
     def kind(self) -> tuple[str, str]:
         """What its speed is estimated by before it has run, as live."""
         return self.curve.algorithm, self.curve.dataset
@@ -156,18 +161,17 @@ class SimJob:
         """``estimate``: seconds per iteration of its kind, which sizes the
         first chunk of a job that has not run yet.
 
-        The growing points list is passed, not copied: policies treat it as
-        read-only, and copying every history every round would dominate
-        (with ``history_points``, its newest points are: a bounded copy).
-        Memoised until the job's state changes (_start, _complete) or, before
+        The history is a zero-copy view of the job's points (its newest
+        ``history_points`` of them, if set): copying every history every
+        round would dominate. Memoised until the job's state changes (_start, _complete) or, before
         its first chunk, its kind's estimate does."""
         if self._view is not None and (
                 self.done or self._view.estimated_seconds_per_iteration == estimate):
             return self._view
-        losses: list[LossPoint] = self.points
+        losses = self.ring.view(self.history_points)
         initial = None
-        if self.history_points is not None and len(losses) > self.history_points:
-            losses, initial = losses[-self.history_points:], losses[0].loss
+        if len(losses) < len(self.ring):
+            initial = self.curve.losses[0]  # its first point, whatever its speed
         self._view = JobView(
             job_id=self.job_id, tenant_id=self.tenant_id, submitted_at=self.arrival,
             iterations_done=self.done, max_iterations=max(self.curve.max_iterations,
@@ -295,9 +299,9 @@ def simulate(
     # The active jobs' views, in the same order, updated as they change: a
     # decision's snapshot is a copy of this, not a pass over every job.
     views: dict[int, JobView] = {}
-    # Loss points are immutable: one list per curve (and speed), shared by
-    # every job that replays it, instead of millions of equal objects.
-    point_lists: dict[tuple[int, float], list[LossPoint]] = {}
+    # One history per curve (and speed), shared by every job that replays
+    # it; a chunk's points are copied from it as arrays.
+    point_lists: dict[tuple[int, float], LossHistory] = {}
     free = config.slots
     pool_free = {p.name: p.slots for p in config.pools}
     result = SimResult(policy.name, jobs, 0, 0.0, 0,
@@ -325,7 +329,7 @@ def simulate(
                 if job.pool is not None:
                     pool_free[job.pool] += 1
                 _complete(job, at, _points(point_lists, job.curve, job.speed))
-                speeds.observe(job.kind, job.points)
+                speeds.observe(job.kind, job.history)
                 moved.add(job.kind)
                 ended.append(job)
                 if job.finish is None and job.stopped:
@@ -451,25 +455,27 @@ def _start(job: SimJob, grant: Grant, now: float, pool: str | None = None,
     return now + duration
 
 
-def _points(cache: dict[tuple[int, float], list[LossPoint]], curve: TraceCurve,
-            speed: float) -> list[LossPoint]:
+def _points(cache: dict[tuple[int, float], LossHistory], curve: TraceCurve,
+            speed: float) -> LossHistory:
     """The curve's loss points as a job reports them running ``speed`` times
     faster than recorded (the seconds it took on its pool, as live)."""
     key = (id(curve), speed)
     found = cache.get(key)
     if found is None:
-        found = cache[key] = [LossPoint(i + 1, loss, seconds if speed == 1.0 else seconds / speed)
-                              for i, (loss, seconds) in enumerate(zip(curve.losses,
-                                                                      curve.seconds,
-                                                                      strict=True))]
+        seconds = np.asarray(curve.seconds, float)
+        found = cache[key] = LossHistory(
+            np.arange(1, curve.iterations + 1, dtype=np.int64), np.asarray(curve.losses, float),
+            seconds if speed == 1.0 else seconds / speed)
     return found
 
 
-def _complete(job: SimJob, now: float, points: Sequence[LossPoint]) -> None:
+def _complete(job: SimJob, now: float, points: LossHistory) -> None:
     """A chunk ended: its loss points (``points``: the curve's, at the chunk's
     speed) become visible; the job may be finished."""
     count = job.pending
-    job.points.extend(points[job.done: job.done + count])
+    end = job.done + count
+    job.ring.extend(points.iterations[job.done:end], points.values[job.done:end],
+                      points.seconds[job.done:end])
     job.done += count
     job.running = False
     job.pool = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
+from backend.scheduling.loss_history import LossHistory
 from backend.scheduling.types import LossPoint
 
 WEIGHT = 0.3
@@ -30,10 +31,10 @@ class SpeedEstimates:
 
     def observe(self, kind: Hashable, points: Sequence[LossPoint]) -> float | None:
         """Fold the job's recent points into ``kind``'s estimate; the new estimate."""
-        if not points:
+        mean = LossHistory.of(points).mean_seconds(RECENT)
+        if mean is None:
             return self._by_kind.get(kind)
-        recent = points[-RECENT:]
-        measured = max(sum(p.seconds for p in recent) / len(recent), 1e-6)
+        measured = max(mean, 1e-6)
         old = self._by_kind.get(kind)
         new = measured if old is None else old + WEIGHT * (measured - old)
         self._by_kind[kind] = new

@@ -12,20 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+# LossPoint is defined with the arrays that hold it; most code imports it from here.
+from backend.scheduling.loss_history import EMPTY, LossHistory
+from backend.scheduling.loss_history import LossPoint as LossPoint
+
 LIVE_HISTORY_POINTS = 400
 """A job's newest loss points the live scheduler keeps in memory, so all a
 policy sees of its history live (with its initial loss): bounded memory with
 10,000 jobs. The simulator shows the same with ``SimConfig.history_points``."""
-
-
-@dataclass(frozen=True)
-class LossPoint:
-    """One reported training step: iteration number (1-based), loss, and the
-    seconds that iteration took."""
-
-    iteration: int
-    loss: float
-    seconds: float
 
 
 @dataclass(frozen=True)
@@ -83,6 +77,9 @@ class JobView:
 
     ``losses`` is the job's loss history, oldest first; it may be a suffix of
     the full history for very long jobs, but always ends at the latest point.
+    Any sequence of points may be passed; ``history`` holds the same points
+    as arrays (the same object as ``losses`` when a :class:`LossHistory` was
+    passed, as the live scheduler and the simulator do).
     ``running`` is true while a chunk of this job is in flight: a policy must
     not grant it another one.
     """
@@ -104,15 +101,18 @@ class JobView:
     requirements: Requirements = field(default_factory=Requirements)
     # The pool running the job's chunk in flight (``None`` when none is).
     pool: str | None = None
+    history: LossHistory = field(default=EMPTY, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        history = LossHistory.of(self.losses)
+        object.__setattr__(self, "history", history)
+        object.__setattr__(self, "losses", history)
 
     @property
     def seconds_per_iteration(self) -> float | None:
         """Mean measured seconds per iteration over the recent history."""
-        recent = self.losses[-50:]
-        if not recent:
-            return None
-        total = sum(p.seconds for p in recent)
-        return max(total / len(recent), 1e-6)
+        mean = self.history.mean_seconds(50)
+        return None if mean is None else max(mean, 1e-6)
 
     @property
     def remaining_iterations(self) -> int:

@@ -81,10 +81,11 @@ def objective_points(job: SimJob, metric: str) -> tuple[tuple[int, float], ...]:
         return tuple(p for p in recorded if p[0] <= job.done)
     if metric != "loss":
         raise ValueError(f"curve {job.curve.id!r} has no {metric} evaluations")
-    if not job.points:
+    history = job.history
+    if not history:
         return ()
-    chosen = [(p.iteration, p.loss) for p in job.points if p.iteration % POINT_EVERY == 0]
-    last = job.points[-1]
+    chosen = [(p.iteration, p.loss) for p in history if p.iteration % POINT_EVERY == 0]
+    last = history[-1]
     if not chosen or chosen[-1][0] != last.iteration:
         chosen.append((last.iteration, last.loss))
     return tuple(chosen)

@@ -10,6 +10,7 @@ histories, then times, per policy:
 * ``catch-up``: the decisions, and their total time, until every job is fitted;
 * ``steady``: a decision after the jobs granted last round reported a chunk
   (10 new points each) -- what the live scheduler pays per round (best of 3);
+  as live, only those jobs' views are new objects;
   ``deferred`` is how many of those jobs the budget left on their older fit;
 * ``idle``: the same snapshot again (no new points; the deferred jobs are
   fitted now; best of 3);
@@ -28,39 +29,58 @@ from typing import NamedTuple
 
 import numpy as np
 
+from backend.scheduling.loss_history import LossHistory
 from backend.scheduling.predictor import LossPredictor, PredictorConfig
 from backend.scheduling.registry import make_policy
-from backend.scheduling.types import JobView, LossPoint, Policy, Snapshot
+from backend.scheduling.types import Grant, JobView, Policy, Snapshot
 
 HISTORY = 100
 ROUNDS = 3
 SHAPES = 50
 
 
-def curves(length: int) -> list[tuple[LossPoint, ...]]:
-    """A few dozen noisy curves; jobs share them so 10,000 jobs fit in memory."""
+def curves(length: int) -> list[LossHistory]:
+    """A few dozen noisy curves; jobs share them (a job's history is a zero-copy
+    prefix, as the live cache's views are) so 10,000 jobs fit in memory."""
     rng = np.random.default_rng(0)
     out = []
     for i in range(SHAPES):
         k = np.arange(1, length + 1)
         loss = 0.1 * (i % 4) + (1 + i % 3) / (0.02 * (1 + i % 7) * k + 1)
         loss = loss * (1 + 0.005 * rng.standard_normal(length))
-        out.append(tuple(LossPoint(int(j), float(v), 0.01) for j, v in zip(k, loss, strict=True)))
+        out.append(LossHistory(k, loss, np.full(length, 0.01)))
     return out
 
 
-def snapshot(n_jobs: int, slots: int, done: list[int], shapes: list[tuple[LossPoint, ...]],
-             now: float) -> Snapshot:
-    running = min(slots // 2, n_jobs // 2)
-    jobs = [
-        JobView(job_id=i, tenant_id=1 + i % 10, submitted_at=0.0, iterations_done=done[i],
-                max_iterations=10_000, losses=shapes[i % SHAPES][: done[i]],
-                running=i < running, waiting_since=now - 1.0 - (i % 7),
-                attained_seconds=done[i] * 0.01)
-        for i in range(n_jobs)
-    ]
-    return Snapshot(now=now, free_slots=slots - running, total_slots=slots, chunk_seconds=1.0,
-                    jobs=jobs)
+class Queue:
+    """N jobs' state between rounds. As live, a job's view is rebuilt only when
+    the job changed (a chunk ended), and the same object is handed over
+    otherwise."""
+
+    def __init__(self, n_jobs: int, slots: int, shapes: list[LossHistory]) -> None:
+        self.slots, self.shapes = slots, shapes
+        self.running = min(slots // 2, n_jobs // 2)
+        self.done = [HISTORY] * n_jobs
+        self.since = [99.0 - (i % 7) for i in range(n_jobs)]
+        self.views = [self._view(i) for i in range(n_jobs)]
+
+    def _view(self, i: int) -> JobView:
+        return JobView(job_id=i, tenant_id=1 + i % 10, submitted_at=0.0,
+                       iterations_done=self.done[i], max_iterations=10_000,
+                       losses=self.shapes[i % SHAPES][: self.done[i]],
+                       running=i < self.running, waiting_since=self.since[i],
+                       attained_seconds=self.done[i] * 0.01)
+
+    def report(self, grants: list[Grant], now: float) -> None:
+        """The granted jobs report a 10-iteration chunk that ended at ``now``."""
+        for g in grants:
+            self.done[g.job_id] += 10
+            self.since[g.job_id] = now
+            self.views[g.job_id] = self._view(g.job_id)
+
+    def snapshot(self, now: float) -> Snapshot:
+        return Snapshot(now=now, free_slots=self.slots - self.running, total_slots=self.slots,
+                        chunk_seconds=1.0, jobs=list(self.views))
 
 
 class Timing(NamedTuple):
@@ -72,7 +92,7 @@ class Timing(NamedTuple):
     idle: float
 
 
-def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[tuple[LossPoint, ...]],
+def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[LossHistory],
             rounds: int = 3, refit_budget: int | None = None) -> Timing:
     """Seconds per decision; steady and idle are the best of ``rounds`` (the
     machine is shared, so single timings are noisy)."""
@@ -81,8 +101,8 @@ def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[tuple[LossPo
         options["predictor"] = LossPredictor(PredictorConfig(refit_budget=refit_budget))
     policy: Policy = make_policy(policy_name, **options)
     predictor = getattr(policy, "predictor", None)
-    done = [HISTORY] * n_jobs
-    snap = snapshot(n_jobs, slots, done, shapes, now=100.0)
+    queue = Queue(n_jobs, slots, shapes)
+    snap = queue.snapshot(now=100.0)
     t0 = time.perf_counter()
     grants = policy.allocate(snap)
     cold = time.perf_counter() - t0
@@ -93,9 +113,8 @@ def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[tuple[LossPo
     catch_up = time.perf_counter() - t0
     steady, idle, deferred = [], [], 0
     for r in range(rounds):
-        for g in grants:  # the granted jobs report a 10-iteration chunk
-            done[g.job_id] += 10
-        snap = snapshot(n_jobs, slots, done, shapes, now=101.0 + r)
+        queue.report(grants, now=101.0 + r)
+        snap = queue.snapshot(now=101.0 + r)
         t0 = time.perf_counter()
         grants = policy.allocate(snap)
         steady.append(time.perf_counter() - t0)

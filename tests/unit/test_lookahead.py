@@ -4,14 +4,15 @@ the lookahead oracle, on literal curves."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from backend.scheduling.guards import ServiceFloor, WaitBounds
 from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve
-from backend.scheduling.policies.slaq import SlaqPolicy, best_first, lookahead_rate
-from backend.scheduling.predictor import LossPredictor, PredictorConfig
+from backend.scheduling.policies.slaq import SlaqPolicy, best_first, lookahead_rates
+from backend.scheduling.predictor import LossPredictor, PredictorConfig, drops
 from backend.scheduling.simulator import SimConfig, SimJob, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import JobView, LossPoint, Snapshot
@@ -68,17 +69,44 @@ def run(policy_name: str, subject: list[float], gap: float = 1.5, **options: obj
     return result.jobs[0]
 
 
-def test_lookahead_rate_sees_past_a_plateau() -> None:
-    # Nothing for 2 chunks, then 1.0 in the third: the best rate is 1.0 / 3 chunks.
-    gain = {100: 0.0, 200: 0.0, 400: 1.0, 800: 1.0, 1600: 1.0}
-    rate, h = lookahead_rate(lambda m: gain[m], 100, 10_000, 0.01)
-    assert h == 4 and rate == 1.0 / 4.0
-    # A convex curve has its best rate one chunk ahead.
-    rate, h = lookahead_rate(lambda m: 1 - 0.5 ** (m / 100), 100, 10_000, 0.01)
-    assert h == 1 and math.isclose(rate, 0.5)
-    # The horizon stops at the job's remaining iterations.
-    _, h = lookahead_rate(lambda m: m / 1000, 100, 150, 0.01)
-    assert h in (1, 2)
+def test_lookahead_rates_see_past_a_plateau() -> None:
+    # Job 0: nothing for 2 chunks, then 1.0 in the third: its best rate is
+    # 1.0 / 4 chunks. Job 1, convex: its best rate is one chunk ahead.
+    plateau = {100: 0.0, 200: 0.0, 400: 1.0, 800: 1.0, 1600: 1.0}
+
+    def gain(m: np.ndarray) -> np.ndarray:
+        return np.array([[plateau[int(k)] for k in m[0]], 1 - 0.5 ** (m[1] / 100)])
+
+    rates = lookahead_rates(gain, np.array([100, 100]), np.array([10_000, 10_000]),
+                            np.array([0.01, 0.01]))
+    assert rates[0] == 1.0 / 4.0 and math.isclose(rates[1], 0.5)
+
+
+def test_lookahead_horizons_stop_at_the_jobs_remaining_iterations() -> None:
+    asked: list[np.ndarray] = []
+
+    def gain(m: np.ndarray) -> np.ndarray:
+        asked.append(m)
+        return m / 1000
+
+    rates = lookahead_rates(gain, np.array([100]), np.array([150]), np.array([0.01]))
+    assert asked and asked[0].max() == 150 and math.isclose(rates[0], 0.1)
+
+
+def test_batched_drops_match_each_fits_own() -> None:
+    base = LossPredictor().fit(view(1, [0.2 + 0.8 * 0.97 ** k for k in range(1, 80)],
+                                    attained=1.0))
+    fits = [replace(base, family="exp", params=(0.9, 0.1, 2.0, 0.0)),
+            replace(base, family="inv_lin", params=(0.5, 0.2, 0.3, 0.0)),
+            replace(base, family="inv_quad", params=(1.0, 2.0, 0.5, 0.05)),
+            replace(base, family="geometric", params=(0.98,)),
+            replace(base, family="flat", params=())]
+    n = np.array([[1, 10, 100], [5, 50, 500], [0, 2, 20], [1, 30, 300], [4, 40, 400]])
+    after = np.array([0, 7, 3, 11, 2])
+    got = drops(fits, n, after)
+    for j, fit in enumerate(fits):
+        assert got[j] == pytest.approx([fit.drop(int(k), int(after[j])) for k in n[j]],
+                                        rel=1e-12, abs=1e-15)
 
 
 def test_plateau_then_drop_job_keeps_getting_chunks() -> None:

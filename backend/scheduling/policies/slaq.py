@@ -12,7 +12,7 @@ import numpy as np
 
 from backend.scheduling.allocation import fill_slots
 from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_overdue
-from backend.scheduling.predictor import CurveFit, LossPredictor
+from backend.scheduling.predictor import CurveFit, LossPredictor, drops
 from backend.scheduling.types import Grant, JobView, Snapshot
 
 
@@ -27,8 +27,15 @@ def planned_iterations(snapshot: Snapshot, job: JobView, fit: CurveFit | None) -
 
 class _Scored(NamedTuple):
     """A job's memoised model score: valid while its fit, newest iteration,
-    remaining iterations and the chunk length are the ones it was computed for."""
+    remaining iterations and the chunk length are the ones it was computed for.
 
+    ``view`` is the job view it was computed from and ``current`` whether its
+    fit was made from that view's history: the live scheduler and the
+    simulator hand over the same view object until the job changes, so for
+    most of 10,000 jobs one identity check says the score still holds."""
+
+    view: JobView
+    current: bool
     fit: CurveFit
     remaining: int
     chunk: float
@@ -68,25 +75,21 @@ HORIZONS: tuple[int, ...] = (1, 2, 4, 8, 16)
 """Chunks ahead the lookahead index looks (Gittins-style: the best rate over these)."""
 
 
-def lookahead_rate(gain: Callable[[int], float], n: int, remaining: int,
-                   seconds_per_iteration: float, horizons: Sequence[int] = HORIZONS
-                   ) -> tuple[float, int]:
-    """The best ``gain(h n) / (h n s)`` over ``h`` in ``horizons`` and the ``h`` that gives it.
+def lookahead_rates(gain: Callable[[np.ndarray], np.ndarray], n: np.ndarray,
+                    remaining: np.ndarray, seconds_per_iteration: np.ndarray,
+                    horizons: Sequence[int] = HORIZONS) -> np.ndarray:
+    """Per job ``j``, the best ``gain(m) / (m s)`` over ``m = min(h n, remaining)``
+    for ``h`` in ``horizons``, and at least 0.
 
-    ``gain(m)`` is the (normalised) drop over the next ``m`` iterations; ``m``
-    stops at the job's ``remaining`` iterations. A curve whose drop is still
-    to come (a plateau before a drop, a schedule step) has its best rate at a
-    longer horizon, so it is not ranked as converged.
+    ``gain`` maps a ``(J, H)`` array of iteration counts to the (normalised)
+    drops over the next that many iterations. A curve whose drop is still to
+    come (a plateau before a drop, a schedule step) has its best rate at a
+    longer horizon, so it is not ranked as converged. Horizons past the
+    job's end repeat its whole remaining drop, which changes no maximum.
     """
-    best, best_h = 0.0, 1
-    for h in horizons:
-        m = min(h * n, remaining)
-        rate = gain(m) / max(m * seconds_per_iteration, 1e-9)
-        if rate > best:
-            best, best_h = rate, h
-        if m >= remaining:
-            break
-    return best, best_h
+    m = np.minimum(n[:, None] * np.asarray(horizons)[None, :], remaining[:, None])
+    rate = gain(m) / np.maximum(m * seconds_per_iteration[:, None], 1e-9)
+    return np.maximum(np.where(np.isnan(rate), 0.0, rate).max(1), 0.0)
 
 
 @dataclass
@@ -193,75 +196,97 @@ class SlaqPolicy:
         new: list[JobView] = []
         changed: list[JobView] = []
         for job in jobs:
-            losses = job.losses
-            if not losses:
+            history = job.history
+            if not history.size:
                 new.append(job)
                 continue
             entry = memo.get(job.job_id)
-            if (entry is not None and entry.chunk == chunk
-                    and entry.remaining == job.max_iterations - job.iterations_done
-                    and entry.fit.key == (losses[-1].iteration, len(losses))):
+            if entry is not None and entry.chunk == chunk and (
+                    (entry.view is job and entry.current)
+                    or (entry.remaining == job.max_iterations - job.iterations_done
+                        and entry.fit.key == (history.newest_iteration, history.size))):
+                if entry.view is not job:
+                    entry = memo[job.job_id] = entry._replace(view=job, current=True)
                 known.append(job)
                 rates.append(entry.rate)
                 blends.append(entry.weight)
             else:
                 changed.append(job)
+        rescore: list[tuple[JobView, CurveFit]] = []
         for job, fit in zip(changed, self.predictor.fit_many(changed), strict=True):
             if not fit.known:
                 new.append(job)
                 continue
             entry = memo.get(job.job_id)
             remaining = job.max_iterations - job.iterations_done
-            if entry is None or entry.fit is not fit or entry.remaining != remaining \
-                    or entry.chunk != chunk or entry.newest != job.losses[-1].iteration:
-                entry = memo[job.job_id] = self._entry(snapshot, job, fit)
+            if fit.pending:
+                # Nothing known of its curve yet: least attained service, fully.
+                entry = memo[job.job_id] = _Scored(
+                    job, False, fit, remaining, chunk, job.history.newest_iteration,
+                    planned_iterations(snapshot, job, fit), 0.0, 1.0, 0.0)
+            elif entry is None or entry.fit is not fit or entry.remaining != remaining \
+                    or entry.chunk != chunk or entry.newest != job.history.newest_iteration:
+                rescore.append((job, fit))
+                continue
+            known.append(job)
+            rates.append(entry.rate)
+            blends.append(entry.weight)
+        for (job, _), entry in zip(rescore, self._entries(snapshot, rescore), strict=True):
+            memo[job.job_id] = entry
             known.append(job)
             rates.append(entry.rate)
             blends.append(entry.weight)
         return known, rates, blends, new
 
-    def _entry(self, snapshot: Snapshot, job: JobView, fit: CurveFit) -> _Scored:
-        n = planned_iterations(snapshot, job, fit)
-        remaining = job.max_iterations - job.iterations_done
-        newest = job.losses[-1].iteration if job.losses else 0
-        if fit.pending:
-            # Nothing known of its curve yet: least attained service, fully.
-            return _Scored(fit, remaining, snapshot.chunk_seconds, newest, n, 0.0, 1.0, 0.0)
-        index, weight, point = self._index(snapshot, job, fit, n)
-        return _Scored(fit, remaining, snapshot.chunk_seconds, newest, n, index, weight, point)
-
     def _score(self, snapshot: Snapshot, job: JobView, fit: CurveFit) -> float:
         """One job's index blended with LAS, per slot-second (before its tenant's weight)."""
-        entry = self._entry(snapshot, job, fit)
+        entry = self._entries(snapshot, [(job, fit)])[0]
         if entry.weight <= 0:
             return entry.rate
         las = self.new_job_gain / (job.attained_seconds + snapshot.chunk_seconds)
         return (1 - entry.weight) * entry.rate + entry.weight * las
 
-    def _index(self, snapshot: Snapshot, job: JobView, fit: CurveFit, n: int
-               ) -> tuple[float, float, float]:
-        """(lookahead index, weight of LAS, normalised drop of the next chunk).
+    def _entries(self, snapshot: Snapshot, items: Sequence[tuple[JobView, CurveFit]]
+                 ) -> list[_Scored]:
+        """Each job's lookahead index, weight of LAS and normalised drop of its
+        next chunk, as one array pass over all of ``items``.
 
         A fit the refit budget kept from before the job's latest points is
         read from where the job is now (``after`` iterations past the fit), so
         a job that just ran is not ranked on the drop it has already made."""
-        scale = self._total_drop(fit)
-        after = max(job.losses[-1].iteration - fit.k_last, 0) if job.losses else 0
-        point = fit.drop(n, after) / scale
-        if fit.rising(self.diverge_margin):
-            return 0.0, 0.0, point
-        spi = fit.seconds_per_iteration or snapshot.chunk_seconds / n
-        remaining = max(job.remaining_iterations, 1)
-        index, _ = lookahead_rate(
-            lambda m: (fit.drop(m, after) + self.exploration * fit.uncertainty(m)) / scale,
-            n, remaining, spi, self.horizons)
-        if fit.largest_drop < self.min_progress * abs(fit.initial_loss):
-            return index, 1.0, point
-        error = fit.uncertainty(n) / scale
+        if not items:
+            return []
+        chunk = snapshot.chunk_seconds
+        jobs = [job for job, _ in items]
+        fits = [fit for _, fit in items]
+        n = np.array([planned_iterations(snapshot, job, fit) for job, fit in items])
+        after = np.array([max(job.history.newest_iteration - fit.k_last, 0)
+                          for job, fit in items])
+        scale = np.array([self._total_drop(fit) for fit in fits])
+        drift = np.array([fit.drift for fit in fits])
+        spi = np.array([fit.seconds_per_iteration or chunk / k for fit, k in zip(fits, n.tolist(),
+                                                                                 strict=True)])
+        remaining = np.array([max(job.remaining_iterations, 1) for job in jobs])
+        point = drops(fits, n[:, None], after)[:, 0] / scale
+        index = lookahead_rates(
+            lambda m: (drops(fits, m, after) + self.exploration * (drift[:, None] * m))
+            / scale[:, None], n, remaining, spi, self.horizons)
         # ``error_floor`` keeps 0/0 on a converged, perfectly predicted curve
         # from reading as "unsure": only errors material to the total drop count.
-        weight = min(1.0, self.blend * error / (error + point + self.error_floor))
-        return index, weight, point
+        error = drift * n / scale
+        weight = np.minimum(1.0, self.blend * error / (error + point + self.error_floor))
+        out = []
+        for j, (job, fit) in enumerate(items):
+            rate, w = float(index[j]), float(weight[j])
+            if fit.rising(self.diverge_margin):
+                rate, w = 0.0, 0.0
+            elif fit.largest_drop < self.min_progress * abs(fit.initial_loss):
+                w = 1.0
+            current = fit.key == (job.history.newest_iteration, job.history.size)
+            out.append(_Scored(job, current, fit, job.max_iterations - job.iterations_done, chunk,
+                               job.history.newest_iteration, int(n[j]), rate, w,
+                               float(point[j])))
+        return out
 
     def _total_drop(self, fit: CurveFit) -> float:
         """Predicted total drop: initial loss to the fit's asymptote, at least the
