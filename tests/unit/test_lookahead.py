@@ -238,6 +238,12 @@ def test_a_job_whose_refit_was_deferred_is_ranked_from_where_it_is_now() -> None
     assert fresh[0].predicted_gain is not None
     assert kept < 0.6 * first[0].predicted_gain, "the drop it already made is not counted again"
     assert kept == pytest.approx(fresh[0].predicted_gain, rel=0.3)
+    # Handed the same view objects again (as live, nothing changed), job 1
+    # is refitted now: its memoised score was made from an older fit.
+    refits = policy.predictor.refits
+    policy.allocate(Snapshot(now=3.0, free_slots=2, total_slots=2, chunk_seconds=0.5,
+                             jobs=[older, other]))
+    assert policy.predictor.refits == refits + 1 and policy.predictor.deferred == 0
 
 
 def test_on_a_cold_start_unfitted_jobs_wait_by_attained_service() -> None:
