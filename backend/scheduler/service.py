@@ -51,6 +51,7 @@ from backend.scheduling.explain import (
     wait_estimate,
 )
 from backend.scheduling.placement import place, waiting_for_pools
+from backend.scheduling.policies.slaq import WARMUP_SHARE
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import make_policy
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
@@ -62,8 +63,6 @@ EXPLAIN_EVERY_SECONDS = 1.0
 # Grants ranked beyond the free slots, kept to serve a freed slot before re-ranking.
 BACKLOG_LENGTH = 32
 BACKLOG_PREFIX = "from backlog: "
-# Share of the slots new jobs are admitted to warm up while others wait.
-WARMUP_SHARE = 0.5
 # Not-yet-admitted new jobs given a published reason; the rest show none.
 HELD_BACK_EXPLAINED = 1000
 # Round durations kept in Redis for the cluster page and benchmarks.
@@ -522,9 +521,10 @@ class Scheduler:
                           f"job, {number - 1} new jobs ahead of it")
             else:
                 kind = WaitKind.NEW
+                cap = ("" if WARMUP_SHARE >= 1 else
+                       f" (at most {WARMUP_SHARE:.0%} of the slots while others wait)")
                 reason = (f"new job waiting to start: {number - 1} new jobs ahead of it; new "
-                          f"jobs get their first chunk as slots free up (at most "
-                          f"{WARMUP_SHARE:.0%} of the slots while others wait)")
+                          f"jobs get their first chunk as slots free up{cap}")
             entries[str(job_id)] = json.dumps({
                 "position": ahead + number, "predicted_gain": None, "reason": reason,
                 "kind": kind, "policy": policy.name, "ahead_in_tenant": number - 1,
