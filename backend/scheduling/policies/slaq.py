@@ -228,15 +228,15 @@ class SlaqPolicy:
                 continue
             entry = memo.get(job.job_id)
             remaining = job.max_iterations - job.iterations_done
-            if fit.pending:
+            if entry is None or entry.fit is not fit or entry.remaining != remaining \
+                    or entry.chunk != chunk or entry.newest != job.history.newest_iteration:
+                if not fit.pending:
+                    rescore.append((job, fit))
+                    continue
                 # Nothing known of its curve yet: least attained service, fully.
                 entry = memo[job.job_id] = _Scored(
                     job, False, fit, remaining, chunk, job.history.newest_iteration,
                     planned_iterations(snapshot, job, fit), 0.0, 1.0, 0.0)
-            elif entry is None or entry.fit is not fit or entry.remaining != remaining \
-                    or entry.chunk != chunk or entry.newest != job.history.newest_iteration:
-                rescore.append((job, fit))
-                continue
             known.append(job)
             rates.append(entry.rate)
             blends.append(entry.weight)
