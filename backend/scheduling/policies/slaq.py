@@ -273,8 +273,8 @@ class SlaqPolicy:
                           for job, fit in items])
         scale = np.array([self._total_drop(fit) for fit in fits])
         drift = np.array([fit.drift for fit in fits])
-        spi = np.array([fit.seconds_per_iteration or chunk / k for fit, k in zip(fits, n.tolist(),
-                                                                                 strict=True)])
+        spi = np.array([fit.seconds_per_iteration or chunk / k
+                        for fit, k in zip(fits, n.tolist(), strict=True)])
         remaining = np.array([max(job.remaining_iterations, 1) for job in jobs])
         point = drops(fits, n[:, None], after)[:, 0] / scale
         index = lookahead_rates(
