@@ -49,7 +49,7 @@ _COLUMNS = (col(Job.id), col(Job.tenant_id), col(Job.status), col(Job.created_at
             col(Job.waiting_since), col(Job.checkpoint_iteration), col(Job.max_iterations),
             col(Job.attained_seconds), col(Job.chunks_run), col(Job.initial_loss),
             col(Job.chunk_seq), col(Job.algorithm), col(Job.dataset), col(Job.quality_metric),
-            col(Job.eval_every), col(Job.requirements), col(Job.pool))
+            col(Job.eval_every), col(Job.requirements), col(Job.pool), col(Job.experiment_id))
 
 def _epoch(moment: datetime | None) -> float:
     return 0.0 if moment is None else as_utc(moment).timestamp()
@@ -76,6 +76,7 @@ class JobRow:
     eval_every: int = 0
     requirements: Requirements = Requirements()
     pool: str | None = None
+    experiment_id: int | None = None
 
     @classmethod
     def of(cls, row: Any) -> JobRow:
@@ -83,7 +84,8 @@ class JobRow:
                    int(row[5]), int(row[6]), float(row[7]), int(row[8]),
                    None if row[9] is None else float(row[9]), int(row[10]), str(row[11]),
                    str(row[12]), str(row[13] or TRAINING_LOSS), int(row[14] or 0),
-                   requirements_from(row[15] or {}), row[16])
+                   requirements_from(row[15] or {}), row[16],
+                   None if row[17] is None else int(row[17]))
 
     @property
     def kind(self) -> tuple[str, str]:
@@ -375,6 +377,7 @@ class JobState:
             estimated_seconds_per_iteration=estimate,
             requirements=row.requirements,
             pool=row.pool,
+            experiment_id=row.experiment_id,
         )
         self._views[job_id] = (key, view)
         return view

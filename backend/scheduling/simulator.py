@@ -137,6 +137,7 @@ class SimJob:
     pending: int = 0
     finish: float | None = None
     stopped: bool = False
+    experiment_id: int | None = None
     requirements: Requirements = field(default_factory=Requirements)
     # The pool of the chunk in flight (None when none is, or without pools),
     # and the pool of every chunk run so far ("" without pools).
@@ -180,7 +181,7 @@ class SimJob:
             attained_seconds=self.attained,
             waiting_since=self.waiting_since, chunks_run=self.chunks,
             requirements=self.requirements, pool=self.pool,
-            estimated_seconds_per_iteration=estimate,
+            experiment_id=self.experiment_id, estimated_seconds_per_iteration=estimate,
         )
         return self._view
 
@@ -267,6 +268,7 @@ def simulate(
     """
     needs = requirements or {}
     jobs = [SimJob(a.index, trace.curve(a.curve_id), a.tenant_id, a.time, waiting_since=a.time,
+                   experiment_id=a.experiment_id,
                    requirements=needs.get(a.index, Requirements()),
                    history_points=config.history_points)
             for a in arrivals]

@@ -21,8 +21,10 @@ holds held-out metrics as ``[iteration, value]`` pairs, measured every
 
 A trace recorded from a portal's own finished jobs (``slaq record-trace
 --from-portal``) also holds when each job arrived, as ``"arrivals":
-[{"curve_id": "job-7", "time": 0.0, "tenant_id": 2}, ...]`` (seconds from
-the first); the simulator then replays that workload instead of drawing one.
+[{"curve_id": "job-7", "time": 0.0, "tenant_id": 2, "experiment_id": 5}, ...]``
+(seconds from the first; ``experiment_id`` only for a sweep's
+configurations); the simulator then replays that workload instead of
+drawing one.
 """
 
 from __future__ import annotations
@@ -118,12 +120,21 @@ class TraceCurve:
 
 @dataclass(frozen=True)
 class Arrival:
-    """Job number ``index`` submits curve ``curve_id`` at ``time`` seconds as ``tenant_id``."""
+    """Job number ``index`` submits curve ``curve_id`` at ``time`` seconds as
+    ``tenant_id``, as a configuration of experiment ``experiment_id`` if set."""
 
     index: int
     time: float
     curve_id: str
     tenant_id: int = 1
+    experiment_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"curve_id": self.curve_id, "time": round(self.time, 6),
+                               "tenant_id": self.tenant_id}
+        if self.experiment_id is not None:
+            out["experiment_id"] = self.experiment_id
+        return out
 
 
 @dataclass(frozen=True)
@@ -143,8 +154,7 @@ class Trace:
         out: dict[str, Any] = {"format": TRACE_FORMAT, "description": self.description,
                                "curves": [c.to_json() for c in self.curves]}
         if self.arrivals:
-            out["arrivals"] = [{"curve_id": a.curve_id, "time": round(a.time, 6),
-                                "tenant_id": a.tenant_id} for a in self.arrivals]
+            out["arrivals"] = [a.to_json() for a in self.arrivals]
         return out
 
     @classmethod
@@ -156,7 +166,8 @@ class Trace:
             raise ValueError("curve ids in a trace must be unique")
         ids = {c.id for c in curves}
         arrivals = tuple(Arrival(index=i, time=float(a["time"]), curve_id=str(a["curve_id"]),
-                                 tenant_id=int(a.get("tenant_id", 1)))
+                                 tenant_id=int(a.get("tenant_id", 1)),
+                                 experiment_id=_optional_int(a.get("experiment_id")))
                          for i, a in enumerate(data.get("arrivals", ())))
         if any(not 0 <= a.time < float("inf") for a in arrivals):
             raise ValueError("arrival times must be finite seconds from 0")
@@ -165,6 +176,10 @@ class Trace:
             raise ValueError(f"arrivals name curves the trace lacks: {', '.join(unknown[:5])}")
         return cls(curves=curves, description=str(data.get("description", "")),
                    arrivals=arrivals)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def load_trace(path: str | Path) -> Trace:

@@ -101,6 +101,8 @@ class JobView:
     requirements: Requirements = field(default_factory=Requirements)
     # The pool running the job's chunk in flight (``None`` when none is).
     pool: str | None = None
+    # The experiment (sweep) the job is a configuration of, if any.
+    experiment_id: int | None = None
     history: LossHistory = field(default=EMPTY, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

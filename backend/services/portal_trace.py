@@ -148,7 +148,8 @@ def record_portal_workload(session: Session, since: datetime, until: datetime, *
             max_iterations=job.max_iterations, stop_reason=job.end_reason or "",
             chunk_overhead_seconds=UNMEASURED_OVERHEAD if overhead is None else overhead)
         arrival = Arrival(index=len(arrivals), time=_epoch(job.created_at) - t0,
-                          curve_id=curve.id, tenant_id=job.tenant_id)
+                          curve_id=curve.id, tenant_id=job.tenant_id,
+                          experiment_id=job.experiment_id)
         live = SimJob(arrival.index, curve, job.tenant_id, arrival.time)
         live.iteration_times = iteration_times(committed)
         live.done = curve.iterations

@@ -126,7 +126,8 @@ def workload(case: Case, sweep: Trace, background: Trace) -> tuple[Trace, list[A
     """The sweep's configurations (tenant 1, time 0, order shuffled by seed),
     then background arrivals (tenant 2); and how many configurations."""
     order = np.random.default_rng(case.seed).permutation(len(sweep.curves))
-    arrivals = [Arrival(index=i, time=0.0, curve_id=sweep.curves[int(k)].id, tenant_id=1)
+    arrivals = [Arrival(index=i, time=0.0, curve_id=sweep.curves[int(k)].id, tenant_id=1,
+                        experiment_id=1)
                 for i, k in enumerate(order)]
     extra = generate_workload(background, slots=case.slots, load=case.load,
                               jobs=len(background.curves), seed=case.seed)

@@ -13,7 +13,7 @@ import pytest
 from sqlmodel import Session, select
 
 from backend.core.db import engine_for, migrate
-from backend.core.models import Decision, Job, JobStatus, LossRecord, Tenant, User
+from backend.core.models import Decision, Experiment, Job, JobStatus, LossRecord, Tenant, User
 from backend.scheduling.metrics import figures
 from backend.scheduling.trace import Trace, TraceCurve, load_trace, save_trace
 from backend.services.portal_trace import (
@@ -50,8 +50,15 @@ class Portal:
         self.user = user.id or 0
 
     def job(self, created: float, status: JobStatus, *, tenant: int = 0,
-            finished: float | None = None) -> int:
+            finished: float | None = None, sweep: bool = False) -> int:
+        experiment = None
+        if sweep:
+            row = Experiment(tenant_id=self.tenants[tenant], user_id=self.user, name="sweep")
+            self.session.add(row)
+            self.session.commit()
+            experiment = row.id
         job = Job(tenant_id=self.tenants[tenant], user_id=self.user, algorithm="mlp",
+                  experiment_id=experiment,
                   dataset="digits", max_iterations=100, status=status, created_at=_at(created),
                   finished_at=None if finished is None else _at(finished),
                   params={"learning_rate": 0.1}, end_reason="converged")
@@ -82,7 +89,7 @@ def test_completed_jobs_become_curves_with_their_arrivals(db_url: str, tmp_path:
         # commit, so 0.2 and 0.15 s beyond the compute.
         portal.chunk(a, range(1, 11), granted=1.0, committed=1.5)
         portal.chunk(a, range(11, 21), granted=2.0, committed=2.45)
-        b = portal.job(5, JobStatus.completed, tenant=1, finished=7)
+        b = portal.job(5, JobStatus.completed, tenant=1, finished=7, sweep=True)
         portal.chunk(b, range(1, 6), granted=None, committed=6.5)
         portal.job(6, JobStatus.cancelled, finished=6.2)
         portal.job(6, JobStatus.queued)
@@ -112,6 +119,8 @@ def test_completed_jobs_become_curves_with_their_arrivals(db_url: str, tmp_path:
     assert [(x.time, x.curve_id) for x in trace.arrivals] == [(0.0, curve_a.id),
                                                              (5.0, curve_b.id)]
     assert trace.arrivals[1].tenant_id != trace.arrivals[0].tenant_id
+    # A sweep's configuration keeps its experiment: the policy warms it up at its own share.
+    assert [x.experiment_id is None for x in trace.arrivals] == [True, False]
     assert workload.left_out == {"not completed (cancelled)": 1, "not completed (queued)": 1,
                                  "loss history incomplete": 1, "fewer than two loss points": 1,
                                  "non-finite losses": 1}
