@@ -51,7 +51,7 @@ from backend.scheduling.explain import (
     wait_estimate,
 )
 from backend.scheduling.placement import place, waiting_for_pools
-from backend.scheduling.policies.slaq import WARMUP_SHARE
+from backend.scheduling.policies.slaq import SWEEP_WARMUP_SHARE, WARMUP_SHARE
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import make_policy
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
@@ -279,7 +279,7 @@ class Scheduler:
         """
         rows = self.state.rows
         in_flight: dict[int, int] = {}
-        running_new = 0
+        running_new = running_configurations = 0
         known: list[JobView] = []
         for job_id in self.state.known:
             row = rows[job_id]
@@ -287,10 +287,14 @@ class Scheduler:
             if running:
                 in_flight[row.tenant_id] = in_flight.get(row.tenant_id, 0) + 1
                 running_new += row.is_new
+                running_configurations += row.is_new and row.experiment_id is not None
             known.append(self.state.view(job_id, running))
-        waiting_known = sum(1 for v in known if not v.running)
-        allowance = max(math.ceil(WARMUP_SHARE * slots) - running_new
-                        + max(slots - waiting_known, 0), 1)
+        idle = max(slots - sum(1 for v in known if not v.running), 0)
+        allowance = max(math.ceil(WARMUP_SHARE * slots) - running_new + idle, 1)
+        # An experiment's configurations warm up at their own share (the
+        # policy's), so a sweep's backlog does not fill the admission.
+        configurations = max(math.ceil(SWEEP_WARMUP_SHARE * slots) - running_configurations
+                             + idle, 1)
         new = self.state.new_waiting(allowance + HELD_BACK_EXPLAINED)
         queues = []
         for tenant_id, jobs in new.items():
@@ -304,8 +308,17 @@ class Scheduler:
             if len(order) >= allowance + HELD_BACK_EXPLAINED:
                 break
             order.extend(q[2][depth] for q in queues if depth < len(q[2]))
-        known.extend(self.state.view(job_id, False) for job_id in order[:allowance])
-        return known, order[allowance:]
+        admitted: list[int] = []
+        held: list[int] = []
+        for job_id in order:
+            if len(admitted) < allowance and (rows[job_id].experiment_id is None
+                                              or configurations > 0):
+                configurations -= rows[job_id].experiment_id is not None
+                admitted.append(job_id)
+            else:
+                held.append(job_id)
+        known.extend(self.state.view(job_id, False) for job_id in admitted)
+        return known, held
 
     def _from_backlog(self, snapshot: Snapshot) -> list[Grant]:
         waiting = {job.job_id: job for job in snapshot.waiting()}
@@ -521,8 +534,9 @@ class Scheduler:
                           f"job, {number - 1} new jobs ahead of it")
             else:
                 kind = WaitKind.NEW
-                cap = ("" if WARMUP_SHARE >= 1 else
-                       f" (at most {WARMUP_SHARE:.0%} of the slots while others wait)")
+                cap = ("" if row is None or row.experiment_id is None else
+                       f" (an experiment's new configurations hold at most "
+                       f"{SWEEP_WARMUP_SHARE:.0%} of the slots while others wait)")
                 reason = (f"new job waiting to start: {number - 1} new jobs ahead of it; new "
                           f"jobs get their first chunk as slots free up{cap}")
             entries[str(job_id)] = json.dumps({

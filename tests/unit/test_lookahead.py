@@ -276,3 +276,28 @@ def test_best_first_reads_as_a_full_sort(wanted: int) -> None:
     keyed = np.where(np.isnan(scores), -np.inf, scores)
     expected = sorted(range(300), key=lambda i: (-keyed[i], jobs[i].waiting_since, i))
     assert got == expected
+
+
+def test_new_jobs_of_their_own_take_every_slot_a_sweeps_half() -> None:
+    # Four slots, all free; two ranked jobs still dropping steeply, so any
+    # new job beyond its warm-up share ranks behind them.
+    ranked = [view(i, steep(60, 0.95), attained=1.0) for i in (1, 2)]
+
+    def new(job_id: int, experiment: int | None) -> JobView:
+        return JobView(job_id=job_id, tenant_id=1, submitted_at=0.0, iterations_done=0,
+                       max_iterations=2000, waiting_since=0.1 * job_id,
+                       experiment_id=experiment)
+
+    def warmed(jobs: list[JobView], *, running: int = 0) -> list[int]:
+        busy = [replace(new(100 + i, None), running=True) for i in range(running)]
+        policy = SlaqPolicy(floor=None, bounds=None)
+        grants = policy.allocate(Snapshot(now=1.0, free_slots=4 - running, total_slots=4,
+                                          chunk_seconds=0.5, jobs=ranked + jobs + busy))
+        return [g.job_id for g in grants if g.reason.startswith("warm-up share")]
+
+    assert warmed([new(j, None) for j in (10, 11, 12, 13)]) == [10, 11, 12, 13]
+    assert warmed([new(j, 7) for j in (10, 11, 12, 13)]) == [10, 11]
+    # Configurations first in line, then a job of its own: it still starts.
+    assert warmed([new(10, 7), new(11, 7), new(12, 7), new(13, None)]) == [10, 11, 13]
+    # New jobs already running count against both shares.
+    assert warmed([new(10, 7), new(11, None)], running=2) == [11]

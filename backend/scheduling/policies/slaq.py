@@ -71,14 +71,20 @@ def best_first(jobs: list[JobView], scores: np.ndarray, wanted: int
     yield from ordered(np.flatnonzero(scores < cut))
 
 
-WARMUP_SHARE = 0.5
-"""Share of all slots new jobs may hold for their first chunk ahead of every
-ranked job; the live scheduler admits new jobs to the policy's view at this
-share too. A trade-off, measured both ways (docs/scheduling.md (a)): all the
-slots serve short jobs' steep first chunks sooner (up to 19% lower average
-loss at 1 s chunks on the standard trace), but a sweep's 30 configurations
-then all start before its leaders continue, and the torch sweep finds its
-best 1.4-1.7x later."""
+WARMUP_SHARE = 1.0
+"""Share of all slots new jobs of their own (no experiment) may hold for
+their first chunk ahead of every ranked job: a job's first chunk is its
+steepest drop, and a short job is a few chunks long (at 1 s chunks, 19%
+lower average loss than half the slots on the standard trace's worst
+cell). The live scheduler admits new jobs to the policy's view at this
+share."""
+
+SWEEP_WARMUP_SHARE = 0.5
+"""The same share for an experiment's new configurations (new jobs of its
+own count against it too). A sweep's configurations are compared, not each
+wanted for itself: at all the slots its 30 configurations would all start
+before its leaders get a second chunk, and the torch sweep finds its best
+1.4-1.7x later (docs/scheduling.md (a))."""
 
 HORIZONS: tuple[int, ...] = (1, 2, 4, 8, 16)
 """Chunks ahead the lookahead index looks (Gittins-style: the best rate over these)."""
@@ -131,7 +137,8 @@ class SlaqPolicy:
     Order of service: jobs past a wait bound (``bounds``); jobs below the
     service floor (``floor``, :class:`~backend.scheduling.guards.ServiceFloor`,
     the completion-time guard); new jobs within the warm-up share
-    (``warmup_share`` of the slots); everything else by index x tenant share
+    (``warmup_share`` of the slots, ``sweep_warmup_share`` for an
+    experiment's configurations); everything else by index x tenant share
     weight, new jobs beyond the share at ``new_job_gain`` per chunk second.
     Tenant slot quotas are enforced by ``fill_slots``.
 
@@ -153,6 +160,7 @@ class SlaqPolicy:
     floor: ServiceFloor | None = field(default_factory=ServiceFloor)
     exploration: float = 1.0
     warmup_share: float = WARMUP_SHARE
+    sweep_warmup_share: float = SWEEP_WARMUP_SHARE
     new_job_gain: float = 1.0
     horizons: tuple[int, ...] = HORIZONS
     blend: float = 1.0
@@ -306,15 +314,23 @@ class SlaqPolicy:
         return min(max(fit.initial_loss - fit.floor, shown), self.total_drop_cap * shown)
 
     def _warmup(self, snapshot: Snapshot, new: list[JobView]) -> list[Ranked]:
-        """New jobs served first, up to ``warmup_share`` of all slots (counting
-        new jobs whose first chunk is already running)."""
+        """New jobs served first, oldest first, while the new jobs running
+        (with those taken here) hold less than ``warmup_share`` of all slots,
+        or ``sweep_warmup_share`` for an experiment's configuration."""
         if not new:
             return []
-        running_new = sum(1 for job in snapshot.jobs if job.running and not job.losses)
-        allowance = math.ceil(self.warmup_share * snapshot.total_slots) - running_new
-        new = sorted(new, key=lambda job: (job.waiting_since, job.job_id))[: max(allowance, 0)]
-        return [(job, "warm-up share: new job, its first chunk measures its curve", None)
-                for job in new]
+        running = sum(1 for job in snapshot.jobs if job.running and not job.losses)
+        caps = (math.ceil(self.warmup_share * snapshot.total_slots),
+                math.ceil(self.sweep_warmup_share * snapshot.total_slots))
+        out: list[Ranked] = []
+        for job in sorted(new, key=lambda job: (job.waiting_since, job.job_id)):
+            if running >= max(caps):
+                break
+            if running >= caps[job.experiment_id is not None]:
+                continue
+            running += 1
+            out.append((job, "warm-up share: new job, its first chunk measures its curve", None))
+        return out
 
     def _explained(self, ordered: Iterator[tuple[JobView, float]]) -> Iterator[Ranked]:
         # Reasons are formatted lazily: only the jobs fill_slots looks at pay for it.
