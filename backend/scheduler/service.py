@@ -311,12 +311,13 @@ class Scheduler:
         admitted: list[int] = []
         held: list[int] = []
         for job_id in order:
-            if len(admitted) < allowance and (rows[job_id].experiment_id is None
-                                              or configurations > 0):
-                configurations -= rows[job_id].experiment_id is not None
-                admitted.append(job_id)
-            else:
+            configuration = rows[job_id].experiment_id is not None
+            if len(admitted) >= allowance or (configuration and configurations <= 0):
                 held.append(job_id)
+                continue
+            if configuration:
+                configurations -= 1
+            admitted.append(job_id)
         known.extend(self.state.view(job_id, False) for job_id in admitted)
         return known, held
 

@@ -320,13 +320,13 @@ class SlaqPolicy:
         if not new:
             return []
         running = sum(1 for job in snapshot.jobs if job.running and not job.losses)
-        caps = (math.ceil(self.warmup_share * snapshot.total_slots),
-                math.ceil(self.sweep_warmup_share * snapshot.total_slots))
+        own_cap = math.ceil(self.warmup_share * snapshot.total_slots)
+        sweep_cap = math.ceil(self.sweep_warmup_share * snapshot.total_slots)
         out: list[Ranked] = []
         for job in sorted(new, key=lambda job: (job.waiting_since, job.job_id)):
-            if running >= max(caps):
+            if running >= max(own_cap, sweep_cap):
                 break
-            if running >= caps[job.experiment_id is not None]:
+            if running >= (own_cap if job.experiment_id is None else sweep_cap):
                 continue
             running += 1
             out.append((job, "warm-up share: new job, its first chunk measures its curve", None))
