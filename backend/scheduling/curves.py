@@ -57,6 +57,9 @@ _REFINE = 2
 _BLOCK = 512
 """Jobs per numpy block; bounds temporary arrays to a few megabytes."""
 
+_HANKEL = np.array([[0, 1, 2], [1, 2, 3], [2, 3, 4]])
+"""Where the moments of x^0..x^4 sit in the normal equations of a quadratic."""
+
 
 @dataclass(frozen=True)
 class BatchFit:
@@ -141,12 +144,13 @@ def _fit_two(
     solution is ``y'Wy - beta' X'Wy``, so no residual array is needed.
     """
     s0 = w.sum(-1, keepdims=True)
-    ty = (w * y).sum(-1, keepdims=True)
-    syy = (w * y * y).sum(-1, keepdims=True)
-    wb = w[:, None, :] * basis
-    s1 = wb.sum(-1)
-    s2 = (wb * basis).sum(-1)
-    tby = (wb * y[:, None, :]).sum(-1)
+    wy = w * y
+    ty = wy.sum(-1, keepdims=True)
+    syy = (wy * y).sum(-1, keepdims=True)
+    # Sums over the window as batched products, one per (J, G, W) array.
+    sums = basis @ np.stack([w, wy], -1)  # (J, G, 2)
+    s1, tby = sums[..., 0], sums[..., 1]
+    s2 = ((basis * basis) @ w[:, :, None])[..., 0]
     with np.errstate(divide="ignore", invalid="ignore"):
         det = s2 * s0 - s1 * s1
         slope = (s0 * tby - s1 * ty) / det
@@ -171,24 +175,23 @@ def _fit_inv_quad(x: FloatArray, y: FloatArray, w: FloatArray,
     floors = np.minimum(grid, -1e-6)  # strictly below the lowest loss
     lift = y[:, None, :] - floors[:, :, None]  # (J, G, W), > 0
     z = 1.0 / lift
-    v = w[:, None, :] * lift**4
-    xx = x[:, None, :]
-    powers = [v, v * xx, v * xx * xx, v * xx**3, v * xx**4]
-    m = [p.sum(-1) for p in powers]
-    mat = np.stack(
-        [np.stack([m[0], m[1], m[2]], -1), np.stack([m[1], m[2], m[3]], -1),
-         np.stack([m[2], m[3], m[4]], -1)],
-        -2,
-    )
-    rhs = np.stack([(v * z).sum(-1), (v * xx * z).sum(-1), (v * xx * xx * z).sum(-1)], -1)
+    square = lift * lift
+    v = w[:, None, :] * (square * square)
+    # The weighted moments of x^0..x^4 for every grid value as one batched
+    # product: elementwise powers of (J, G, W) arrays cost twice as much.
+    xx = x[:, :, None]
+    powers = np.concatenate([np.ones_like(xx), xx, xx * xx, xx * xx * xx, (xx * xx) ** 2], -1)
+    m = v @ powers  # (J, G, 5)
+    mat = m[..., _HANKEL]
+    rhs = (v * z) @ powers[..., :3]
     # A tiny ridge keeps the batched solve defined for degenerate windows.
     ridge = 1e-10 * (mat[..., 0, 0] + mat[..., 2, 2] + 1e-300)
     mat = mat + ridge[..., None, None] * np.eye(3)
     q = np.linalg.solve(mat, rhs[..., None])[..., 0]  # (J, G, 3)
-    qx = q[..., 0:1] + q[..., 1:2] * xx + q[..., 2:3] * xx * xx
+    qx = q @ powers[..., :3].transpose(0, 2, 1)  # (J, G, W)
     with np.errstate(divide="ignore", invalid="ignore"):
         fitted = floors[:, :, None] + 1.0 / qx
-        sse = (w[:, None, :] * (y[:, None, :] - fitted) ** 2).sum(-1)
+        sse = ((y[:, None, :] - fitted) ** 2 @ w[:, :, None])[..., 0]
     used = w[:, None, :] > 0
     positive = np.where(used, qx, np.inf).min(-1) > 0
     # q must keep growing beyond the window (q2 >= 0) and grow at its end.

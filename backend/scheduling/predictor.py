@@ -192,34 +192,54 @@ def _scaled(family: str, params: tuple[float, ...], x: float) -> float:
 
 def drops(fits: Sequence[CurveFit], n: np.ndarray, after: np.ndarray) -> np.ndarray:
     """:meth:`CurveFit.drop` for many fits at once: ``n`` is ``(J, M)``
-    iteration counts (row ``j`` for ``fits[j]``), ``after`` is ``(J,)``.
+    iteration counts (row ``j`` for ``fits[j]``), ``after`` is ``(J,)``."""
+    return drop_model(fits, after)(n)
 
-    One array pass per family instead of a Python call per fit and horizon:
-    a round re-reads hundreds of jobs' fits at several horizons."""
-    out = np.zeros(n.shape)
+
+def drop_model(fits: Sequence[CurveFit], after: np.ndarray
+               ) -> Callable[[np.ndarray], np.ndarray]:
+    """:func:`drops` with ``fits`` and ``after`` bound: maps ``(J, M)``
+    iteration counts to the predicted drops.
+
+    One array pass per family instead of a Python call per fit and horizon
+    (a round re-reads hundreds of jobs' fits at several horizons); the
+    fits' parameters are gathered once, however many horizons are asked."""
     by_family: dict[str, list[int]] = {}
     for j, fit in enumerate(fits):
         by_family.setdefault(fit.family, []).append(j)
+    groups: list[tuple[str, list[int], tuple[np.ndarray, ...]]] = []
     for family, rows in by_family.items():
         if family in (FLAT, UNKNOWN, PENDING):
             continue
         picked = [fits[j] for j in rows]
-        m = n[rows]
         later = after[rows, None]
         if family == GEOMETRIC:
             ratio = np.array([f.params[0] for f in picked])[:, None]
             anchor = np.array([max(f.anchor, 0.0) for f in picked])[:, None]
-            out[rows] = anchor * ratio**later * (1.0 - ratio**m)
+            groups.append((family, rows, (ratio, anchor * ratio**later)))
             continue
         params = np.array([f.params for f in picked])
         span = np.array([f.span for f in picked])[:, None]
         height = np.array([f.height for f in picked])[:, None]
         start = 1.0 + later / span
-        now = evaluate(family, params, start)
-        drop = height * (now - evaluate(family, params, start + m / span))
-        out[rows] = np.maximum(drop, 0.0)
-    out[n <= 0] = 0.0
-    return out
+        groups.append((family, rows, (params, span, height, start,
+                                      evaluate(family, params, start))))
+
+    def drop(n: np.ndarray) -> np.ndarray:
+        out = np.zeros(n.shape)
+        for family, rows, arrays in groups:
+            m = n[rows]
+            if family == GEOMETRIC:
+                ratio, scaled = arrays
+                out[rows] = scaled * (1.0 - ratio**m)
+                continue
+            params, span, height, start, now = arrays
+            later = evaluate(family, params, start + m / span)
+            out[rows] = np.maximum(height * (now - later), 0.0)
+        out[n <= 0] = 0.0
+        return out
+
+    return drop
 
 
 def history_key(job: JobView) -> tuple[int, int]:
@@ -357,18 +377,8 @@ class LossPredictor:
             prev_loss = float(losses[start - 1]) if start > 0 else math.nan
         if start < len(losses):
             # A chunk adds hundreds of points and a round refits thousands of
-            # jobs: one array pass, not a Python loop, per job. A non-finite
-            # loss (a diverged or overflowed step) and the steps to and from
-            # it are skipped: an infinite "drop" would outrank every job.
-            new = losses[start:].copy()
-            new[~np.isfinite(new)] = np.nan
-            if not np.isnan(new).all():
-                lowest = float(np.nanmin(new)) if math.isnan(lowest) else \
-                    min(lowest, float(np.nanmin(new)))
-            before = prev_loss if math.isfinite(prev_loss) else math.nan
-            steps = np.concatenate(([before], new[:-1])) - new
-            if not np.isnan(steps).all():
-                step = max(step, float(np.nanmax(steps)))
+            # jobs: one array pass, not a Python loop, per job.
+            lowest, step = _new_extremes(losses[start:], lowest, step, prev_loss)
         spi = history.mean_seconds(self.config.timing_points)
         newest = (history.newest_iteration, float(losses[-1])) if start < history.size else None
         misses, z = _calibrated(previous, newest, self._misses, self._pooled_z)
@@ -414,15 +424,8 @@ class LossPredictor:
     def _fit_windows(self, windows: list[_Window]) -> None:
         x, y, w, held = _pack(windows, self.config.window)
         full = fit_all(x, y, w)
-        oos = np.full((len(windows), len(FAMILIES)), np.inf)
-        horizon = np.ones(len(windows))
-        first = []
-        for i, win in enumerate(windows):
-            tracked = _tracked_errors(win.previous, win.job)
-            if tracked is None:
-                first.append(i)
-            else:
-                oos[i], horizon[i] = tracked
+        oos, horizon, tracked = _tracked_errors(windows)
+        first = np.flatnonzero(~tracked).tolist()
         if first:
             # No earlier fit to judge: hold out the newest points instead.
             rows = np.array(first)
@@ -469,6 +472,33 @@ class LossPredictor:
             candidates=tuple(tuple(full[v].params[i].tolist()) if v in valid else None
                              for v in range(len(FAMILIES))),
         )
+
+
+def _new_extremes(new: np.ndarray, lowest: float, step: float, before: float
+                  ) -> tuple[float, float]:
+    """The lowest loss and largest drop between consecutive reports, updated
+    with the ``new`` losses that followed the loss ``before``.
+
+    A non-finite loss (a diverged or overflowed step) and the steps to and
+    from it are skipped: an infinite "drop" would outrank every job."""
+    if not math.isfinite(before):
+        before = math.nan
+    if np.isfinite(new).all():
+        # The usual case, without the NaN-aware passes: a round refits many jobs.
+        low = float(new.min())
+        top = float((new[:-1] - new[1:]).max()) if len(new) > 1 else -math.inf
+        if not math.isnan(before):
+            top = max(top, before - float(new[0]))
+        lowest = low if math.isnan(lowest) else min(lowest, low)
+        return lowest, (step if top == -math.inf else max(step, top))
+    new = new.copy()
+    new[~np.isfinite(new)] = np.nan
+    if not np.isnan(new).all():
+        lowest = float(np.nanmin(new)) if math.isnan(lowest) else min(lowest, float(np.nanmin(new)))
+    steps = np.concatenate(([before], new[:-1])) - new
+    if not np.isnan(steps).all():
+        step = max(step, float(np.nanmax(steps)))
+    return lowest, step
 
 
 def _pending(job: JobView) -> CurveFit:
@@ -535,38 +565,80 @@ _TRACKED_POINTS = 12
 """New points each earlier fit is judged on (evenly spaced over what arrived)."""
 
 
-def _tracked_errors(previous: CurveFit | None, job: JobView
-                    ) -> tuple[np.ndarray, float] | None:
+def _tracked_errors(windows: Sequence[_Window]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """How well each family's *previous* fit predicted the points that arrived
     since: a true out-of-sample error, and free, because those fits exist.
 
-    Returns per-family errors in the previous fit's scaled units and the mean
-    horizon (iterations) of the judged points; ``None`` without an earlier fit.
+    For every window at once: per-family errors ``(J, F)`` in the previous
+    fit's scaled units, the mean horizon (iterations) of the judged points
+    ``(J,)``, and whether the window had an earlier fit to judge ``(J,)``
+    (rows without one hold ``inf`` and 1).
     """
-    if previous is None or len(previous.candidates) != len(FAMILIES):
-        return None
-    history = job.history
-    start = int(np.searchsorted(history.iterations, previous.k_last, side="right"))
-    count = history.size - start
-    if count <= 0:
-        return None
-    at = start + np.array(sorted({round(j * (count - 1) / max(_TRACKED_POINTS - 1, 1))
-                                  for j in range(min(_TRACKED_POINTS, count))}))
-    picks = list(zip(history.iterations[at].tolist(), history.values[at].tolist(), strict=True))
-    errors = np.full(len(FAMILIES), np.inf)
-    for f, params in enumerate(previous.candidates):
-        if params is None:
+    count = len(windows)
+    oos = np.full((count, len(FAMILIES)), np.inf)
+    horizon = np.ones(count)
+    tracked = np.zeros(count, dtype=bool)
+    rows: list[int] = []
+    earlier: list[CurveFit] = []
+    picks: list[tuple[np.ndarray, np.ndarray]] = []
+    for i, win in enumerate(windows):
+        previous = win.previous
+        if previous is None or len(previous.candidates) != len(FAMILIES):
             continue
-        family = FAMILIES[f]
-        now = _scaled(family, params, 1.0)
-        total = 0.0
-        for iteration, loss in picks:
-            later = _scaled(family, params, 1.0 + (iteration - previous.k_last) / previous.span)
-            predicted = previous.anchor - previous.height * (now - later)
-            total += abs(predicted - loss)
-        errors[f] = total / len(picks) / previous.height
-    horizon = sum(iteration - previous.k_last for iteration, _ in picks) / len(picks)
-    return errors, float(horizon)
+        history = win.job.history
+        start = int(np.searchsorted(history.iterations, previous.k_last, side="right"))
+        if start >= history.size:
+            continue
+        at = start + _tracked_offsets(history.size - start)
+        rows.append(i)
+        earlier.append(previous)
+        picks.append((history.iterations[at], history.values[at]))
+    if not rows:
+        return oos, horizon, tracked
+    width = max(len(k) for k, _ in picks)
+    ahead = np.zeros((len(rows), width))
+    loss = np.zeros((len(rows), width))
+    judged = np.zeros((len(rows), width), dtype=bool)
+    k_last = np.array([fit.k_last for fit in earlier])
+    for r, (k, values) in enumerate(picks):
+        ahead[r, :len(k)] = k - k_last[r]
+        loss[r, :len(k)] = values
+        judged[r, :len(k)] = True
+    span = np.array([fit.span for fit in earlier])[:, None]
+    anchor = np.array([fit.anchor for fit in earlier])[:, None]
+    height = np.array([fit.height for fit in earlier])
+    judged_count = judged.sum(1)
+    errors = np.full((len(rows), len(FAMILIES)), np.inf)
+    for f, family in enumerate(FAMILIES):
+        have = [r for r, fit in enumerate(earlier) if fit.candidates[f] is not None]
+        if not have:
+            continue
+        params = np.array([earlier[r].candidates[f] for r in have])
+        now = evaluate(family, params, np.ones((len(have), 1)))
+        later = evaluate(family, params, 1.0 + ahead[have] / span[have])
+        miss = np.abs(anchor[have] - height[have, None] * (now - later) - loss[have])
+        miss[~judged[have]] = 0.0
+        # Summed point by point, as one job's points always were: a pairwise
+        # sum rounds differently, and family choices must not move with it.
+        total = np.zeros(len(have))
+        for column in miss.T:
+            total += column
+        errors[have, f] = total / judged_count[have] / height[have]
+    oos[rows] = errors
+    horizon[rows] = ahead.sum(1) / judged_count
+    tracked[rows] = True
+    return oos, horizon, tracked
+
+
+@functools.lru_cache(maxsize=1024)
+def _tracked_offsets(count: int) -> np.ndarray:
+    """Offsets of the at most ``_TRACKED_POINTS`` new points (of ``count``)
+    an earlier fit is judged on, evenly spaced, oldest first."""
+    picks = min(_TRACKED_POINTS, count)
+    offsets = np.array(sorted({round(j * (count - 1) / max(_TRACKED_POINTS - 1, 1))
+                               for j in range(picks)}))
+    offsets.flags.writeable = False  # shared by every call (cached)
+    return offsets
 
 
 def _calibrated(previous: CurveFit | None, newest: tuple[int, float] | None,

@@ -112,6 +112,20 @@ def test_incremental_statistics_match_full_history() -> None:
     assert fit.largest_step_drop == pytest.approx(max(steps))
 
 
+def test_the_step_across_a_refit_boundary_counts() -> None:
+    # Iterations 1-30 fall by 0.01 a step, 31 is 0.5 lower than 30: the
+    # largest step spans the points the predictor saw and the new ones.
+    points = tuple(LossPoint(k, 2.0 - 0.01 * k - (0.5 if k > 30 else 0.0), 0.01)
+                   for k in range(1, 41))
+    job = JobView(job_id=1, tenant_id=1, submitted_at=0.0, iterations_done=40,
+                  max_iterations=400, losses=points)
+    predictor = LossPredictor()
+    predictor.fit(replace(job, losses=points[:30]))
+    fit = predictor.fit(job)
+    assert fit.largest_step_drop == pytest.approx(0.51)
+    assert fit.lowest_loss == pytest.approx(2.0 - 0.4 - 0.5)
+
+
 def test_statistics_skip_nan_and_infinite_losses() -> None:
     # A trainer may report NaN (diverged) or inf (overflow) now and then: the
     # running lowest loss and largest step ignore them, whatever the chunking.

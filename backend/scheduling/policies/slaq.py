@@ -12,7 +12,7 @@ import numpy as np
 
 from backend.scheduling.allocation import fill_slots
 from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_overdue
-from backend.scheduling.predictor import CurveFit, LossPredictor, drops
+from backend.scheduling.predictor import CurveFit, LossPredictor, drop_model
 from backend.scheduling.types import Grant, JobView, Snapshot
 
 
@@ -284,9 +284,10 @@ class SlaqPolicy:
         spi = np.array([fit.seconds_per_iteration or chunk / k
                         for fit, k in zip(fits, n.tolist(), strict=True)])
         remaining = np.array([max(job.remaining_iterations, 1) for job in jobs])
-        point = drops(fits, n[:, None], after)[:, 0] / scale
+        drop = drop_model(fits, after)
+        point = drop(n[:, None])[:, 0] / scale
         index = lookahead_rates(
-            lambda m: (drops(fits, m, after) + self.exploration * (drift[:, None] * m))
+            lambda m: (drop(m) + self.exploration * (drift[:, None] * m))
             / scale[:, None], n, remaining, spi, self.horizons)
         # ``error_floor`` keeps 0/0 on a converged, perfectly predicted curve
         # from reading as "unsure": only errors material to the total drop count.
