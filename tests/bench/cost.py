@@ -15,7 +15,10 @@ histories, then times, per policy:
 * ``idle``: the same snapshot again (no new points; the deferred jobs are
   fitted now; best of 3);
 * ``refit/job``: catch-up time over the number of jobs (each catch-up call
-  also ranks every job, so this is an upper bound on one refit).
+  also ranks every job, so this is an upper bound on one refit);
+* ``steady/las``: against ``las`` deciding on the very same snapshots,
+  timed in the same rounds (best of each), so the ratio is side by side even
+  on a busy machine.
 
 Half the slots (at most half the jobs) are running; the other half are free.
 """
@@ -35,7 +38,7 @@ from backend.scheduling.registry import make_policy
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot
 
 HISTORY = 100
-ROUNDS = 3
+ROUNDS = 5
 SHAPES = 50
 
 
@@ -90,10 +93,11 @@ class Timing(NamedTuple):
     steady: float
     deferred: int
     idle: float
+    las_steady: float
 
 
 def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[LossHistory],
-            rounds: int = 3, refit_budget: int | None = None) -> Timing:
+            rounds: int = ROUNDS, refit_budget: int | None = None) -> Timing:
     """Seconds per decision; steady and idle are the best of ``rounds`` (the
     machine is shared, so single timings are noisy)."""
     options = {}
@@ -111,10 +115,14 @@ def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[LossHistory]
         policy.allocate(snap)
         calls += 1
     catch_up = time.perf_counter() - t0
-    steady, idle, deferred = [], [], 0
+    las = make_policy("las")
+    steady, idle, las_steady, deferred = [], [], [], 0
     for r in range(rounds):
         queue.report(grants, now=101.0 + r)
         snap = queue.snapshot(now=101.0 + r)
+        t0 = time.perf_counter()
+        las.allocate(snap)
+        las_steady.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         grants = policy.allocate(snap)
         steady.append(time.perf_counter() - t0)
@@ -123,7 +131,7 @@ def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[LossHistory]
         t0 = time.perf_counter()
         policy.allocate(snap)
         idle.append(time.perf_counter() - t0)
-    return Timing(cold, calls, catch_up, min(steady), deferred, min(idle))
+    return Timing(cold, calls, catch_up, min(steady), deferred, min(idle), min(las_steady))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,25 +141,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", nargs="+", default=["slaq", "slaq-classic", "las", "fair"])
     parser.add_argument("--refit-budget", type=int, nargs="+", default=[None],
                         help="slaq's refit budget per decision (default: the predictor's)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help="steady rounds per case; steady and idle are the best of them")
     args = parser.parse_args(argv)
-    shapes = curves(HISTORY + 10 * (ROUNDS + 1))
+    shapes = curves(HISTORY + 10 * (args.rounds + 1))
     print(f"{'policy':<13}{'budget':>7}{'jobs':>7}{'slots':>7}{'cold ms':>10}"
           f"{'catch-up':>14}{'steady ms':>11}{'deferred':>10}{'idle ms':>9}"
           f"{'refit/job ms':>14}{'steady/las':>12}")
     for n in args.jobs:
         for s in args.slots:
-            # LAS first: every policy's steady time is quoted against it, side by side.
-            las = measure("las", n, s, shapes).steady
             for name in args.policies:
                 budgets = args.refit_budget if name == "slaq" else [None]
                 for budget in budgets:
-                    t = measure(name, n, s, shapes, refit_budget=budget)
+                    t = measure(name, n, s, shapes, args.rounds, refit_budget=budget)
                     per = 1000 * t.catch_up / n if t.catch_up_calls else math.nan
                     label = "-" if name != "slaq" else str(budget or PredictorConfig().refit_budget)
                     catch = f"{t.catch_up_calls} / {t.catch_up:.1f}s" if t.catch_up_calls else "-"
                     print(f"{name:<13}{label:>7}{n:>7}{s:>7}{1000 * t.cold:>10.1f}{catch:>14}"
                           f"{1000 * t.steady:>11.1f}{t.deferred:>10}{1000 * t.idle:>9.1f}"
-                          f"{per:>14.3f}{t.steady / las:>12.2f}", flush=True)
+                          f"{per:>14.3f}{t.steady / t.las_steady:>12.2f}", flush=True)
     return 0
 
 
