@@ -9,11 +9,12 @@ histories, then times, per policy:
   its refit budget of jobs and ranks the rest by attained service;
 * ``catch-up``: the decisions, and their total time, until every job is fitted;
 * ``steady``: a decision after the jobs granted last round reported a chunk
-  (10 new points each) -- what the live scheduler pays per round (best of 3);
+  (10 new points each) -- what the live scheduler pays per round (best of
+  ``--rounds``, 5);
   as live, only those jobs' views are new objects;
   ``deferred`` is how many of those jobs the budget left on their older fit;
 * ``idle``: the same snapshot again (no new points; the deferred jobs are
-  fitted now; best of 3);
+  fitted now; best of the same rounds);
 * ``refit/job``: catch-up time over the number of jobs (each catch-up call
   also ranks every job, so this is an upper bound on one refit);
 * ``steady/las``: against ``las`` deciding on the very same snapshots,

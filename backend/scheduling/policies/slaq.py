@@ -287,7 +287,7 @@ class SlaqPolicy:
             counts.append((k, max(job.history.newest_iteration - fit.k_last, 0),
                            max(job.remaining_iterations, 1)))
             amounts.append((self._total_drop(fit), fit.drift,
-                          fit.seconds_per_iteration or chunk / k))
+                            fit.seconds_per_iteration or chunk / k))
         n, after, remaining = np.array(counts, dtype=np.int64).T
         scale, drift, spi = np.array(amounts).T
         drop = drop_model(fits, after)
