@@ -286,8 +286,10 @@ class Scheduler:
             running = job_id in live or row.status == JobStatus.running
             if running:
                 in_flight[row.tenant_id] = in_flight.get(row.tenant_id, 0) + 1
-                running_new += row.is_new
-                running_configurations += row.is_new and row.experiment_id is not None
+                if row.is_new:
+                    running_new += 1
+                    if row.experiment_id is not None:
+                        running_configurations += 1
             known.append(self.state.view(job_id, running))
         idle = max(slots - sum(1 for v in known if not v.running), 0)
         allowance = max(math.ceil(WARMUP_SHARE * slots) - running_new + idle, 1)

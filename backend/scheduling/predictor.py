@@ -190,16 +190,11 @@ def _scaled(family: str, params: tuple[float, ...], x: float) -> float:
     raise ValueError(family)
 
 
-def drops(fits: Sequence[CurveFit], n: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """:meth:`CurveFit.drop` for many fits at once: ``n`` is ``(J, M)``
-    iteration counts (row ``j`` for ``fits[j]``), ``after`` is ``(J,)``."""
-    return drop_model(fits, after)(n)
-
-
 def drop_model(fits: Sequence[CurveFit], after: np.ndarray
                ) -> Callable[[np.ndarray], np.ndarray]:
-    """:func:`drops` with ``fits`` and ``after`` bound: maps ``(J, M)``
-    iteration counts to the predicted drops.
+    """:meth:`CurveFit.drop` for many fits at once: the returned function maps
+    ``(J, M)`` iteration counts (row ``j`` for ``fits[j]``) to the predicted
+    drops; ``after`` is ``(J,)``.
 
     One array pass per family instead of a Python call per fit and horizon
     (a round re-reads hundreds of jobs' fits at several horizons); the

@@ -12,7 +12,7 @@ import pytest
 from backend.scheduling.guards import ServiceFloor, WaitBounds
 from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve
 from backend.scheduling.policies.slaq import SlaqPolicy, best_first, lookahead_rates
-from backend.scheduling.predictor import LossPredictor, PredictorConfig, drops
+from backend.scheduling.predictor import LossPredictor, PredictorConfig, drop_model
 from backend.scheduling.simulator import SimConfig, SimJob, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import JobView, LossPoint, Snapshot
@@ -103,7 +103,7 @@ def test_batched_drops_match_each_fits_own() -> None:
             replace(base, family="flat", params=())]
     n = np.array([[1, 10, 100], [5, 50, 500], [0, 2, 20], [1, 30, 300], [4, 40, 400]])
     after = np.array([0, 7, 3, 11, 2])
-    got = drops(fits, n, after)
+    got = drop_model(fits, after)(n)
     for j, fit in enumerate(fits):
         assert got[j] == pytest.approx([fit.drop(int(k), int(after[j])) for k in n[j]],
                                         rel=1e-12, abs=1e-15)
