@@ -60,6 +60,8 @@ _BLOCK = 512
 _HANKEL = np.array([[0, 1, 2], [1, 2, 3], [2, 3, 4]])
 """Where the moments of x^0..x^4 sit in the normal equations of a quadratic."""
 
+_DIAGONAL = np.arange(3)
+
 
 @dataclass(frozen=True)
 class BatchFit:
@@ -186,14 +188,14 @@ def _fit_inv_quad(x: FloatArray, y: FloatArray, w: FloatArray,
     rhs = (v * z) @ powers[..., :3]
     # A tiny ridge keeps the batched solve defined for degenerate windows.
     ridge = 1e-10 * (mat[..., 0, 0] + mat[..., 2, 2] + 1e-300)
-    mat = mat + ridge[..., None, None] * np.eye(3)
-    q = np.linalg.solve(mat, rhs[..., None])[..., 0]  # (J, G, 3)
+    mat[..., _DIAGONAL, _DIAGONAL] += ridge[..., None]
+    q = _solve3(mat, rhs)  # (J, G, 3)
     qx = q @ powers[..., :3].transpose(0, 2, 1)  # (J, G, W)
     with np.errstate(divide="ignore", invalid="ignore"):
         fitted = floors[:, :, None] + 1.0 / qx
         sse = ((y[:, None, :] - fitted) ** 2 @ w[:, :, None])[..., 0]
     used = w[:, None, :] > 0
-    positive = np.where(used, qx, np.inf).min(-1) > 0
+    positive = ((qx > 0) | ~used).all(-1)
     # q must keep growing beyond the window (q2 >= 0) and grow at its end.
     rising = (q[..., 2] >= 0) & (q[..., 1] + 2 * q[..., 2] > 0)
     ok = positive & rising & np.isfinite(sse)
@@ -204,3 +206,20 @@ def _fit_inv_quad(x: FloatArray, y: FloatArray, w: FloatArray,
     params[:, :3] = q[rows, best]
     params[:, 3] = floors[rows, best]
     return params, sse[rows, best]
+
+
+def _solve3(mat: FloatArray, rhs: FloatArray) -> FloatArray:
+    """``mat^-1 rhs`` for stacks of symmetric 3x3 systems, by the adjugate.
+
+    ``np.linalg.solve`` calls LAPACK once per system: for thousands of 3x3
+    systems that call, not the arithmetic, is the cost."""
+    a, b, c = mat[..., 0, 0], mat[..., 0, 1], mat[..., 0, 2]
+    d, e, f = mat[..., 1, 1], mat[..., 1, 2], mat[..., 2, 2]
+    adj = np.stack([d * f - e * e, c * e - b * f, b * e - c * d,
+                    a * f - c * c, b * c - a * e, a * d - b * b], -1)
+    det = a * adj[..., 0] + b * adj[..., 1] + c * adj[..., 2]
+    r0, r1, r2 = rhs[..., 0], rhs[..., 1], rhs[..., 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.stack([adj[..., 0] * r0 + adj[..., 1] * r1 + adj[..., 2] * r2,
+                         adj[..., 1] * r0 + adj[..., 3] * r1 + adj[..., 4] * r2,
+                         adj[..., 2] * r0 + adj[..., 4] * r1 + adj[..., 5] * r2], -1) / det[..., None]
