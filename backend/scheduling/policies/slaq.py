@@ -46,6 +46,21 @@ class _Scored(NamedTuple):
     point: float
 
 
+def total_drops(initial: np.ndarray, shown: np.ndarray, floor: np.ndarray, cap: float
+                ) -> np.ndarray:
+    """Predicted total drops: initial loss to the fit's asymptote ``floor``, at
+    least the drop ``shown`` (and a sliver of the initial loss) and at most
+    ``cap`` times it; ``shown`` where the fit has no finite asymptote.
+
+    ``fmax``/``fmin`` skip a NaN argument as Python's ``max``/``min`` of two
+    floats do when it is not the first, so a job whose loss went NaN scores as
+    it always did."""
+    shown = np.maximum(np.maximum(shown, 1e-3 * np.abs(initial)), 1e-12)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(floor), np.fmin(np.fmax(initial - floor, shown), cap * shown),
+                        shown)
+
+
 def best_first(jobs: list[JobView], scores: np.ndarray, wanted: int
                ) -> Iterator[tuple[JobView, float]]:
     """``jobs`` by score, highest first, ties to the longest-waiting job, then
@@ -281,15 +296,17 @@ class SlaqPolicy:
         fits = [fit for _, fit in items]
         # One pass over hundreds of jobs: their counts and their amounts.
         counts: list[tuple[int, int, int]] = []
-        amounts: list[tuple[float, float, float]] = []
+        amounts: list[tuple[float, ...]] = []
         for job, fit in items:
             k = planned_iterations(snapshot, job, fit)
             counts.append((k, max(job.history.newest_iteration - fit.k_last, 0),
                            max(job.remaining_iterations, 1)))
-            amounts.append((self._total_drop(fit), fit.drift,
-                            fit.seconds_per_iteration or chunk / k))
+            amounts.append((fit.drift, fit.seconds_per_iteration or chunk / k, fit.initial_loss,
+                            fit.lowest_loss, fit.floor, fit.anchor, fit.noise))
         n, after, remaining = np.array(counts, dtype=np.int64).T
-        scale, drift, spi = np.array(amounts).T
+        drift, spi, initial, lowest, floor, anchor, noise = np.array(amounts).T
+        shown = initial - lowest
+        scale = total_drops(initial, shown, floor, self.total_drop_cap)
         drop = drop_model(fits, after)
         point = drop(n[:, None])[:, 0] / scale
         index = lookahead_rates(
@@ -299,26 +316,20 @@ class SlaqPolicy:
         # from reading as "unsure": only errors material to the total drop count.
         error = drift * n / scale
         weight = np.minimum(1.0, self.blend * error / (error + point + self.error_floor))
+        # A rising level (CurveFit.rising): the families are all decreasing, so
+        # such a fit's extrapolation means nothing.
+        rising = anchor > lowest + 3 * noise + self.diverge_margin * shown
+        weight[shown < self.min_progress * np.abs(initial)] = 1.0
+        index[rising] = 0.0
+        weight[rising] = 0.0
         out = []
-        for j, (job, fit) in enumerate(items):
-            rate, w = float(index[j]), float(weight[j])
-            if fit.rising(self.diverge_margin):
-                rate, w = 0.0, 0.0
-            elif fit.largest_drop < self.min_progress * abs(fit.initial_loss):
-                w = 1.0
-            current = fit.key == (job.history.newest_iteration, job.history.size)
-            out.append(_Scored(job, current, fit, job.max_iterations - job.iterations_done, chunk,
-                               job.history.newest_iteration, int(n[j]), rate, w,
-                               float(point[j])))
+        for (job, fit), k, rate, w, gain in zip(items, n.tolist(), index.tolist(),
+                                               weight.tolist(), point.tolist(), strict=True):
+            history = job.history
+            out.append(_Scored(job, fit.key == (history.newest_iteration, history.size), fit,
+                               job.max_iterations - job.iterations_done, chunk,
+                               history.newest_iteration, k, rate, w, gain))
         return out
-
-    def _total_drop(self, fit: CurveFit) -> float:
-        """Predicted total drop: initial loss to the fit's asymptote, at least the
-        drop shown and at most ``total_drop_cap`` times it."""
-        shown = max(fit.largest_drop, 1e-3 * abs(fit.initial_loss), 1e-12)
-        if not math.isfinite(fit.floor):
-            return shown
-        return min(max(fit.initial_loss - fit.floor, shown), self.total_drop_cap * shown)
 
     def _warmup(self, snapshot: Snapshot, new: list[JobView]) -> list[Ranked]:
         """New jobs served first, oldest first, while the new jobs running
