@@ -213,13 +213,14 @@ def _solve3(mat: FloatArray, rhs: FloatArray) -> FloatArray:
 
     ``np.linalg.solve`` calls LAPACK once per system: for thousands of 3x3
     systems that call, not the arithmetic, is the cost."""
-    a, b, c = mat[..., 0, 0], mat[..., 0, 1], mat[..., 0, 2]
-    d, e, f = mat[..., 1, 1], mat[..., 1, 2], mat[..., 2, 2]
-    adj = np.stack([d * f - e * e, c * e - b * f, b * e - c * d,
-                    a * f - c * c, b * c - a * e, a * d - b * b], -1)
-    det = a * adj[..., 0] + b * adj[..., 1] + c * adj[..., 2]
-    r0, r1, r2 = rhs[..., 0], rhs[..., 1], rhs[..., 2]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        a, b, c = mat[..., 0, 0], mat[..., 0, 1], mat[..., 0, 2]
+        d, e, f = mat[..., 1, 1], mat[..., 1, 2], mat[..., 2, 2]
+        adj = np.stack([d * f - e * e, c * e - b * f, b * e - c * d,
+                        a * f - c * c, b * c - a * e, a * d - b * b], -1)
+        det = a * adj[..., 0] + b * adj[..., 1] + c * adj[..., 2]
+        r0, r1, r2 = rhs[..., 0], rhs[..., 1], rhs[..., 2]
         return np.stack([adj[..., 0] * r0 + adj[..., 1] * r1 + adj[..., 2] * r2,
                          adj[..., 1] * r0 + adj[..., 3] * r1 + adj[..., 4] * r2,
-                         adj[..., 2] * r0 + adj[..., 4] * r1 + adj[..., 5] * r2], -1) / det[..., None]
+                         adj[..., 2] * r0 + adj[..., 4] * r1 + adj[..., 5] * r2],
+                        -1) / det[..., None]

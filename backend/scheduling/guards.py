@@ -59,34 +59,6 @@ class WaitBounds:
         return None
 
 
-def split_overdue(
-    snapshot: Snapshot, bounds: WaitBounds | None, jobs: list[JobView]
-) -> tuple[list[Ranked], list[JobView]]:
-    """Overdue jobs (longest-waiting first, with their reason) and the rest.
-
-    Compares each job's ``waiting_since`` with two precomputed cut-off times,
-    so checking 10,000 jobs costs a few milliseconds; reasons are formatted
-    only for the (few) overdue jobs.
-    """
-    if bounds is None:
-        return [], jobs
-    warmup = bounds.warmup_seconds(snapshot)
-    starvation = bounds.starvation_seconds(snapshot)
-    new_cut = -math.inf if warmup is None else snapshot.now - warmup
-    any_cut = -math.inf if starvation is None else snapshot.now - starvation
-    overdue: list[JobView] = []
-    rest: list[JobView] = []
-    for job in jobs:
-        since = job.waiting_since
-        if since <= any_cut or (since <= new_cut and not job.history.size):
-            overdue.append(job)
-        else:
-            rest.append(job)
-    overdue.sort(key=lambda job: (job.waiting_since, job.job_id))
-    return [(job, bounds.overdue_reason(snapshot, job) or "overdue", None)
-            for job in overdue], rest
-
-
 @dataclass(frozen=True)
 class ServiceFloor:
     """Completion-time guard: an adaptive starvation bound.
@@ -115,18 +87,49 @@ class ServiceFloor:
         turns = max(1.0, len(snapshot.jobs) / max(snapshot.total_slots, 1))
         return turns / self.fraction * snapshot.chunk_seconds
 
-    def behind(self, snapshot: Snapshot, jobs: list[JobView]) -> tuple[list[Ranked],
-                                                                          list[JobView]]:
-        """Jobs past the adaptive bound (longest-waiting first, with reasons) and the rest."""
-        bound = self.wait_seconds(snapshot)
-        if bound is None or not jobs:
-            return [], jobs
-        cut = snapshot.now - bound
-        late = [job for job in jobs if job.waiting_since <= cut and job.history.size]
-        if not late:
-            return [], jobs
-        ids = {job.job_id for job in late}
-        late.sort(key=lambda job: (job.waiting_since, job.job_id))
-        return [(job, f"service floor: waited {snapshot.now - job.waiting_since:.1f}s, "
-                      f"{self.fraction:g} of a round-robin turn allows {bound:.1f}s", None)
-                for job in late], [job for job in jobs if job.job_id not in ids]
+
+def split_waiting(snapshot: Snapshot, bounds: WaitBounds | None, floor: ServiceFloor | None = None
+                  ) -> tuple[list[Ranked], list[Ranked], list[JobView]]:
+    """The waiting jobs (not running, iterations left) in one pass: those past
+    a wait bound, those behind the service floor (each longest-waiting first,
+    with their reason) and the rest, in snapshot order.
+
+    Compares each job's ``waiting_since`` with precomputed cut-off times, so
+    sorting 10,000 jobs costs a few milliseconds; reasons are formatted only
+    for the (few) guarded jobs.
+    """
+    now = snapshot.now
+    warmup = None if bounds is None else bounds.warmup_seconds(snapshot)
+    starvation = None if bounds is None else bounds.starvation_seconds(snapshot)
+    floor_wait = None if floor is None else floor.wait_seconds(snapshot)
+    new_cut = -math.inf if warmup is None else now - warmup
+    any_cut = -math.inf if starvation is None else now - starvation
+    floor_cut = -math.inf if floor_wait is None else now - floor_wait
+    latest = max(new_cut, any_cut, floor_cut)  # a job waiting since later is in no guard
+    overdue: list[JobView] = []
+    behind: list[JobView] = []
+    rest: list[JobView] = []
+    for job in snapshot.jobs:
+        if job.running or job.max_iterations <= job.iterations_done:
+            continue
+        since = job.waiting_since
+        if since > latest:
+            rest.append(job)
+        elif since <= any_cut or (since <= new_cut and not job.history.size):
+            overdue.append(job)
+        elif since <= floor_cut and job.history.size:
+            behind.append(job)
+        else:
+            rest.append(job)
+
+    def longest_waiting(job: JobView) -> tuple[float, int]:
+        return job.waiting_since, job.job_id
+
+    overdue.sort(key=longest_waiting)
+    behind.sort(key=longest_waiting)
+    fraction = 0.0 if floor is None else floor.fraction
+    return ([(job, (bounds.overdue_reason(snapshot, job) if bounds else None) or "overdue", None)
+             for job in overdue],
+            [(job, f"service floor: waited {now - job.waiting_since:.1f}s, {fraction:g} of a "
+                   f"round-robin turn allows {floor_wait:.1f}s", None) for job in behind],
+            rest)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from backend.scheduling.guards import ServiceFloor, WaitBounds
+from backend.scheduling.guards import ServiceFloor, WaitBounds, split_waiting
 from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve
 from backend.scheduling.policies.slaq import SlaqPolicy, best_first, lookahead_rates
 from backend.scheduling.predictor import LossPredictor, PredictorConfig, drop_model
@@ -173,11 +173,13 @@ def test_service_floor_on_a_snapshot() -> None:
                  jobs=[starved, served, view(3, [1.0], attained=0.0, waiting_since=19.5),
                        view(4, [1.0], attained=0.0, waiting_since=19.5)])
     assert floor.wait_seconds(s) == 4.0
-    behind, rest = floor.behind(s, [starved, served])
+    overdue, behind, rest = split_waiting(s, WaitBounds(), floor)
+    assert overdue == []
     assert [job.job_id for job, _, _ in behind] == [1]
     assert "service floor" in behind[0][1]
-    assert [job.job_id for job in rest] == [2]
-    assert ServiceFloor(fraction=0.0).behind(s, [starved]) == ([], [starved])
+    assert [job.job_id for job in rest] == [2, 3, 4]
+    assert [job.job_id for job in split_waiting(s, None, ServiceFloor(fraction=0.0))[2]] \
+        == [1, 2, 3, 4]
     # The policy serves the floor's job before a better-ranked one.
     assert [g.job_id for g in SlaqPolicy().allocate(s)] == [1]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from backend.scheduling.allocation import fill_slots
-from backend.scheduling.guards import Ranked, WaitBounds, split_overdue
+from backend.scheduling.guards import Ranked, WaitBounds, split_waiting
 from backend.scheduling.types import Grant, JobView, Snapshot
 
 
@@ -30,7 +30,7 @@ class LasPolicy:
     def allocate(self, snapshot: Snapshot) -> list[Grant]:
         if snapshot.free_slots <= 0:
             return []
-        overdue, rest = split_overdue(snapshot, self.bounds, snapshot.waiting())
+        overdue, _, rest = split_waiting(snapshot, self.bounds)
         rest.sort(key=lambda job: (job.attained_seconds, job.waiting_since, job.job_id))
         return fill_slots(snapshot, chain(overdue, _explained(rest)))
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backend.scheduling.allocation import chunk_iterations, fill_slots
-from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_overdue
+from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_waiting
 from backend.scheduling.types import Grant, Snapshot
 
 
@@ -60,10 +60,7 @@ class OraclePolicy:
     def allocate(self, snapshot: Snapshot) -> list[Grant]:
         if snapshot.free_slots <= 0:
             return []
-        overdue, rest = split_overdue(snapshot, self.bounds, snapshot.waiting())
-        behind: list[Ranked] = []
-        if self.floor is not None:
-            behind, rest = self.floor.behind(snapshot, rest)
+        overdue, behind, rest = split_waiting(snapshot, self.bounds, self.floor)
         scored = []
         for job in rest:
             norm, cum = self._curve(job.job_id)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from backend.scheduling.allocation import fill_slots
-from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_overdue
+from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_waiting
 from backend.scheduling.predictor import CurveFit, LossPredictor, drop_model
 from backend.scheduling.types import Grant, JobView, Snapshot
 
@@ -187,14 +187,12 @@ class SlaqPolicy:
     _memo: dict[int, _Scored] = field(default_factory=dict)
 
     def allocate(self, snapshot: Snapshot) -> list[Grant]:
-        waiting = snapshot.waiting()
-        if snapshot.free_slots <= 0 or not waiting:
+        if snapshot.free_slots <= 0:
+            return []
+        overdue, behind, rest = split_waiting(snapshot, self.bounds, self.floor)
+        if not overdue and not behind and not rest:
             return []
         self._forget_finished(snapshot)
-        overdue, rest = split_overdue(snapshot, self.bounds, waiting)
-        behind: list[Ranked] = []
-        if self.floor is not None:
-            behind, rest = self.floor.behind(snapshot, rest)
         known, rates, blends, new = self._scored(snapshot, rest)
         warm = self._warmup(snapshot, new)
         warm_ids = {job.job_id for job, _, _ in warm}

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from backend.scheduling.allocation import chunk_iterations, fill_slots
-from backend.scheduling.guards import Ranked, WaitBounds, split_overdue
+from backend.scheduling.guards import Ranked, WaitBounds, split_waiting
 from backend.scheduling.types import Grant, JobView, Snapshot
 
 
@@ -37,10 +37,11 @@ class SlaqClassicPolicy:
     _step: dict[int, tuple[int, float]] = field(default_factory=dict)
 
     def allocate(self, snapshot: Snapshot) -> list[Grant]:
-        waiting = snapshot.waiting()
-        if snapshot.free_slots <= 0 or not waiting:
+        if snapshot.free_slots <= 0:
             return []
-        overdue, rest = split_overdue(snapshot, self.bounds, waiting)
+        overdue, _, rest = split_waiting(snapshot, self.bounds)
+        if not overdue and not rest:
+            return []
         new = sorted((j for j in rest if len(j.losses) <= 1),
                      key=lambda j: (j.waiting_since, j.job_id))
         active_new = len(new) + sum(1 for j in snapshot.jobs if j.running and len(j.losses) <= 1)
