@@ -244,18 +244,22 @@ def history_key(job: JobView) -> tuple[int, int]:
 
 
 @dataclass
-class _Window:
-    job: JobView
+class _Windows:
+    """The fitted windows of a batch of jobs: zero-padded ``(J, window)``
+    arrays in scaled coordinates (padding has weight 0), the per-job scales,
+    and each job's fit before this refit (``None`` for a first fit)."""
+
+    jobs: list[JobView]
+    previous: list[CurveFit | None]
     x: np.ndarray
     y: np.ndarray
     w: np.ndarray
     held: np.ndarray
-    k: np.ndarray
-    k0: float
-    span: float
-    lo: float
-    height: float
-    previous: CurveFit | None
+    count: np.ndarray
+    k0: np.ndarray
+    span: np.ndarray
+    lo: np.ndarray
+    height: np.ndarray
 
 
 @dataclass
@@ -345,14 +349,17 @@ class LossPredictor:
         self._refitted.update(job.job_id for job in jobs)
         for job in jobs:
             self._pending.pop(job.job_id, None)
-        windows: list[_Window] = []
+        fitted: list[JobView] = []
+        previous: list[CurveFit | None] = []
         for job in jobs:
-            previous = self._fits.get(job.job_id)
+            previous.append(self._fits.get(job.job_id))
             self._fits[job.job_id] = self._statistics(job)
-            if len(job.losses) >= self.config.min_points:
-                windows.append(self._window(job, previous))
-        if windows:
-            self._fit_windows(windows)
+            if job.history.size >= self.config.min_points:
+                fitted.append(job)
+            else:
+                previous.pop()
+        if fitted:
+            self._fit_windows(_windows(self.config, fitted, previous))
 
     def _statistics(self, job: JobView) -> CurveFit:
         """Running statistics, updated from new points only, plus the geometric fit."""
@@ -395,76 +402,66 @@ class LossPredictor:
             misses=misses, z=z,
         )
 
-    def _window(self, job: JobView, previous: CurveFit | None) -> _Window:
-        cfg = self.config
-        history = job.history
-        n = len(history)
-        # Only the recent part of the history is fitted: early, steep losses
-        # would dominate a least-squares fit and hide the tail's curvature.
-        picked = n - 1 - _window_ages(cfg, n)
-        k = history.iterations[picked].astype(float)
-        loss = history.values[picked]
-        k0, k_last = k[0], k[-1]
-        span = max(k_last - k0, 1.0)
-        lo = float(loss.min())
-        height = max(float(loss.max()) - lo, 1e-12 * max(1.0, abs(lo)))
-        weights = np.exp(-(k_last - k) / max(cfg.decay * span, 1.0))
-        cut = k_last - cfg.holdout_frac * span
-        held = k > cut
-        held[-2:] = True  # always test at least the two newest points
-        held[:4] = False  # and always train on at least four
-        return _Window(job, (k - k0) / span, (loss - lo) / height, weights, held, k,
-                       float(k0), float(span), lo, height, previous)
-
-    def _fit_windows(self, windows: list[_Window]) -> None:
-        x, y, w, held = _pack(windows, self.config.window)
+    def _fit_windows(self, batch: _Windows) -> None:
+        x, y, w, held = batch.x, batch.y, batch.w, batch.held
         full = fit_all(x, y, w)
-        oos, horizon, tracked = _tracked_errors(windows)
-        first = np.flatnonzero(~tracked).tolist()
-        if first:
+        oos, horizon, tracked = _tracked_errors(batch.jobs, batch.previous)
+        first = np.flatnonzero(~tracked)
+        if len(first):
             # No earlier fit to judge: hold out the newest points instead.
-            rows = np.array(first)
-            oos[rows], horizon[rows] = _holdout_errors(x[rows], y[rows], w[rows], held[rows])
-            horizon[rows] *= np.array([windows[i].span for i in first])
+            oos[first], horizon[first] = _holdout_errors(x[first], y[first], w[first],
+                                                         held[first])
+            horizon[first] *= batch.span[first]
         used = w > 0
         weight_sum = np.maximum(w.sum(1), 1e-12)
-        level = np.empty((len(windows), len(FAMILIES)))  # scaled loss now, re-anchored
+        level = np.empty((len(batch.jobs), len(FAMILIES)))  # scaled loss now, re-anchored
         for f, fit in enumerate(full):
             pred = evaluate(fit.family, fit.params, x)
-            now = evaluate(fit.family, fit.params, np.ones((len(windows), 1)))[:, 0]
+            now = evaluate(fit.family, fit.params, np.ones((len(batch.jobs), 1)))[:, 0]
             level[:, f] = now + _recent_offset(y - pred, used)
-        noise = np.sqrt(np.stack([fit.sse for fit in full], 1) / weight_sum[:, None])
+        sse = np.stack([fit.sse for fit in full], 1)
+        noise = np.sqrt(sse / weight_sum[:, None])
         floors = np.stack([asymptote(fit.family, fit.params) for fit in full], 1)
-        for i, win in enumerate(windows):
-            self._choose(win, full, i, oos[i], max(float(horizon[i]), 1.0), level[i],
-                         noise[i], floors[i])
+        # Every per-job figure as Python floats in one conversion each: the
+        # loop below builds the jobs' fits and must not pay numpy's scalars.
+        params = np.stack([fit.params for fit in full], 1).tolist()
+        rows = zip(batch.jobs, oos.tolist(), np.maximum(horizon, 1.0).tolist(), level.tolist(),
+                   noise.tolist(), floors.tolist(), np.isfinite(sse).tolist(), params,
+                   batch.k0.tolist(), batch.span.tolist(), batch.lo.tolist(),
+                   batch.height.tolist(), strict=True)
+        for i, (job, errors, ahead, lev, spread, floor, finite, candidates, k0, span, lo,
+                height) in enumerate(rows):
+            self._choose(job, i, batch, errors, ahead, lev, spread, floor, finite, candidates,
+                         (k0, span, lo, height))
 
-    def _choose(self, win: _Window, full: list, i: int, oos: np.ndarray, horizon: float,
-                level: np.ndarray, noise: np.ndarray, floors: np.ndarray) -> None:
+    def _choose(self, job: JobView, i: int, batch: _Windows, oos: list[float], horizon: float,
+                level: list[float], noise: list[float], floors: list[float],
+                finite: list[bool], params: list[list[float]],
+                scales: tuple[float, float, float, float]) -> None:
         """Keep the valid family with the lowest smoothed out-of-sample error."""
-        base = self._fits[win.job.job_id]
+        base = self._fits[job.job_id]
         alpha = self.config.smoothing
-        errors = tuple(float(e) for e in oos)
+        errors = tuple(oos)
         if len(base.errors) == len(errors):
             errors = tuple(_smooth(p, e, alpha) for e, p in zip(errors, base.errors, strict=True))
-        valid = [f for f in range(len(FAMILIES)) if math.isfinite(full[f].sse[i])]
+        valid = [f for f in range(len(FAMILIES)) if finite[f]]
+        k0, span, lo, height = scales
         if not valid:
             # No decreasing curve fits: the job looks converged. The base's
             # drift is the few-points fallback's deliberately optimistic 5% an
             # iteration, which would make a flat job look wildly uncertain.
-            self._fits[win.job.job_id] = replace(
+            count = int(batch.count[i])
+            self._fits[job.job_id] = replace(
                 base, family=FLAT, errors=errors, drift=0.0,
-                noise=win.height * float(np.std(win.y[-8:])))
+                noise=height * float(np.std(batch.y[i, max(count - 8, 0):count])))
             return
         f = min(valid, key=lambda v: errors[v])
         err = errors[f] if math.isfinite(errors[f]) else 1.0
-        self._fits[win.job.job_id] = replace(
-            base, family=FAMILIES[f], params=tuple(full[f].params[i].tolist()), k0=win.k0,
-            span=win.span, lo=win.lo, height=win.height,
-            anchor=win.lo + win.height * float(level[f]),
-            noise=win.height * float(noise[f]), drift=win.height * err / horizon,
-            errors=errors, floor=win.lo + win.height * float(floors[f]),
-            candidates=tuple(tuple(full[v].params[i].tolist()) if v in valid else None
+        self._fits[job.job_id] = replace(
+            base, family=FAMILIES[f], params=tuple(params[f]), k0=k0, span=span, lo=lo,
+            height=height, anchor=lo + height * level[f], noise=height * noise[f],
+            drift=height * err / horizon, errors=errors, floor=lo + height * floors[f],
+            candidates=tuple(tuple(params[v]) if v in valid else None
                              for v in range(len(FAMILIES))),
         )
 
@@ -519,16 +516,50 @@ def _window_ages(cfg: PredictorConfig, n: int) -> np.ndarray:
     return ages
 
 
-def _pack(windows: list[_Window], size: int) -> tuple[np.ndarray, ...]:
-    """Windows as zero-padded ``(J, size)`` arrays (padding has weight 0)."""
-    x = np.zeros((len(windows), size))
-    y = np.zeros_like(x)
-    w = np.zeros_like(x)
-    held = np.zeros(x.shape, dtype=bool)
-    for i, win in enumerate(windows):
-        m = len(win.x)
-        x[i, :m], y[i, :m], w[i, :m], held[i, :m] = win.x, win.y, win.w, win.held
-    return x, y, w, held
+@functools.lru_cache(maxsize=4096)
+def _window_picks(cfg: PredictorConfig, n: int) -> np.ndarray:
+    """Positions, oldest first, of the points a window of ``n`` points fits."""
+    picks = n - 1 - _window_ages(cfg, n)
+    picks.flags.writeable = False  # shared by every call (cached)
+    return picks
+
+
+def _windows(cfg: PredictorConfig, jobs: list[JobView], previous: list[CurveFit | None]
+             ) -> _Windows:
+    """The jobs' windows in one batch.
+
+    Only the recent part of a history is fitted: early, steep losses would
+    dominate a least-squares fit and hide the tail's curvature. Each point is
+    weighted by ``exp(-age / (decay * span))``; the newest quarter of the span
+    (at least the two newest points, never the four oldest) is held out when
+    a job has no earlier fit to judge families by."""
+    size = cfg.window
+    k = np.zeros((len(jobs), size))
+    loss = np.zeros((len(jobs), size))
+    count = np.empty(len(jobs), dtype=np.int64)
+    for i, job in enumerate(jobs):
+        history = job.history
+        picked = _window_picks(cfg, history.size)
+        m = len(picked)
+        k[i, :m] = history.iterations[picked]
+        loss[i, :m] = history.values[picked]
+        count[i] = m
+    valid = np.arange(size) < count[:, None]
+    k0, k_last = k[:, 0], k[np.arange(len(jobs)), count - 1]
+    span = np.maximum(k_last - k0, 1.0)
+    lo = np.where(valid, loss, np.inf).min(1)
+    height = np.maximum(np.where(valid, loss, -np.inf).max(1) - lo,
+                        1e-12 * np.maximum(1.0, np.abs(lo)))
+    weights = np.exp(-(k_last[:, None] - k) / np.maximum(cfg.decay * span, 1.0)[:, None])
+    position = np.arange(size)
+    held = (k > (k_last - cfg.holdout_frac * span)[:, None]) | (position >= (count - 2)[:, None])
+    held &= valid & (position >= 4)
+    return _Windows(
+        jobs, previous,
+        x=np.where(valid, (k - k0[:, None]) / span[:, None], 0.0),
+        y=np.where(valid, (loss - lo[:, None]) / height[:, None], 0.0),
+        w=np.where(valid, weights, 0.0), held=held, count=count,
+        k0=k0, span=span, lo=lo, height=height)
 
 
 def _holdout_errors(x: np.ndarray, y: np.ndarray, w: np.ndarray, held: np.ndarray
@@ -560,7 +591,8 @@ _TRACKED_POINTS = 12
 """New points each earlier fit is judged on (evenly spaced over what arrived)."""
 
 
-def _tracked_errors(windows: Sequence[_Window]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _tracked_errors(jobs: Sequence[JobView], fits: Sequence[CurveFit | None]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """How well each family's *previous* fit predicted the points that arrived
     since: a true out-of-sample error, and free, because those fits exist.
 
@@ -569,18 +601,17 @@ def _tracked_errors(windows: Sequence[_Window]) -> tuple[np.ndarray, np.ndarray,
     ``(J,)``, and whether the window had an earlier fit to judge ``(J,)``
     (rows without one hold ``inf`` and 1).
     """
-    count = len(windows)
+    count = len(jobs)
     oos = np.full((count, len(FAMILIES)), np.inf)
     horizon = np.ones(count)
     tracked = np.zeros(count, dtype=bool)
     rows: list[int] = []
     earlier: list[CurveFit] = []
     picks: list[tuple[np.ndarray, np.ndarray]] = []
-    for i, win in enumerate(windows):
-        previous = win.previous
+    for i, (job, previous) in enumerate(zip(jobs, fits, strict=True)):
         if previous is None or len(previous.candidates) != len(FAMILIES):
             continue
-        history = win.job.history
+        history = job.history
         start = int(np.searchsorted(history.iterations, previous.k_last, side="right"))
         if start >= history.size:
             continue
