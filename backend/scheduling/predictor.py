@@ -34,6 +34,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -243,6 +244,22 @@ def history_key(job: JobView) -> tuple[int, int]:
     return (history.newest_iteration, history.size)
 
 
+class _Figures(NamedTuple):
+    """One refitted job's figures, per family where a list, as Python floats."""
+
+    oos: list[float]
+    horizon: float
+    level: list[float]
+    noise: list[float]
+    floors: list[float]
+    finite: list[bool]
+    params: list[list[float]]
+    k0: float
+    span: float
+    lo: float
+    height: float
+
+
 @dataclass
 class _Windows:
     """The fitted windows of a batch of jobs: zero-padded ``(J, window)``
@@ -424,44 +441,37 @@ class LossPredictor:
         floors = np.stack([asymptote(fit.family, fit.params) for fit in full], 1)
         # Every per-job figure as Python floats in one conversion each: the
         # loop below builds the jobs' fits and must not pay numpy's scalars.
-        params = np.stack([fit.params for fit in full], 1).tolist()
-        rows = zip(batch.jobs, oos.tolist(), np.maximum(horizon, 1.0).tolist(), level.tolist(),
-                   noise.tolist(), floors.tolist(), np.isfinite(sse).tolist(), params,
-                   batch.k0.tolist(), batch.span.tolist(), batch.lo.tolist(),
-                   batch.height.tolist(), strict=True)
-        for i, (job, errors, ahead, lev, spread, floor, finite, candidates, k0, span, lo,
-                height) in enumerate(rows):
-            self._choose(job, i, batch, errors, ahead, lev, spread, floor, finite, candidates,
-                         (k0, span, lo, height))
+        rows = zip(oos.tolist(), np.maximum(horizon, 1.0).tolist(), level.tolist(),
+                   noise.tolist(), floors.tolist(), np.isfinite(sse).tolist(),
+                   np.stack([fit.params for fit in full], 1).tolist(), batch.k0.tolist(),
+                   batch.span.tolist(), batch.lo.tolist(), batch.height.tolist(), strict=True)
+        for i, (job, figures) in enumerate(zip(batch.jobs, map(_Figures._make, rows),
+                                               strict=True)):
+            self._choose(job, figures, batch.y[i, max(int(batch.count[i]) - 8, 0):batch.count[i]])
 
-    def _choose(self, job: JobView, i: int, batch: _Windows, oos: list[float], horizon: float,
-                level: list[float], noise: list[float], floors: list[float],
-                finite: list[bool], params: list[list[float]],
-                scales: tuple[float, float, float, float]) -> None:
+    def _choose(self, job: JobView, fig: _Figures, newest_y: np.ndarray) -> None:
         """Keep the valid family with the lowest smoothed out-of-sample error."""
         base = self._fits[job.job_id]
         alpha = self.config.smoothing
-        errors = tuple(oos)
+        errors = tuple(fig.oos)
         if len(base.errors) == len(errors):
             errors = tuple(_smooth(p, e, alpha) for e, p in zip(errors, base.errors, strict=True))
-        valid = [f for f in range(len(FAMILIES)) if finite[f]]
-        k0, span, lo, height = scales
+        valid = [f for f in range(len(FAMILIES)) if fig.finite[f]]
         if not valid:
             # No decreasing curve fits: the job looks converged. The base's
             # drift is the few-points fallback's deliberately optimistic 5% an
             # iteration, which would make a flat job look wildly uncertain.
-            count = int(batch.count[i])
-            self._fits[job.job_id] = replace(
-                base, family=FLAT, errors=errors, drift=0.0,
-                noise=height * float(np.std(batch.y[i, max(count - 8, 0):count])))
+            self._fits[job.job_id] = replace(base, family=FLAT, errors=errors, drift=0.0,
+                                             noise=fig.height * float(np.std(newest_y)))
             return
         f = min(valid, key=lambda v: errors[v])
         err = errors[f] if math.isfinite(errors[f]) else 1.0
+        lo, height = fig.lo, fig.height
         self._fits[job.job_id] = replace(
-            base, family=FAMILIES[f], params=tuple(params[f]), k0=k0, span=span, lo=lo,
-            height=height, anchor=lo + height * level[f], noise=height * noise[f],
-            drift=height * err / horizon, errors=errors, floor=lo + height * floors[f],
-            candidates=tuple(tuple(params[v]) if v in valid else None
+            base, family=FAMILIES[f], params=tuple(fig.params[f]), k0=fig.k0, span=fig.span,
+            lo=lo, height=height, anchor=lo + height * fig.level[f], noise=height * fig.noise[f],
+            drift=height * err / fig.horizon, errors=errors, floor=lo + height * fig.floors[f],
+            candidates=tuple(tuple(fig.params[v]) if v in valid else None
                              for v in range(len(FAMILIES))),
         )
 
