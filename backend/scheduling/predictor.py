@@ -314,16 +314,21 @@ class LossPredictor:
         self.calls += 1
         fresh: list[JobView] = []
         stale: list[JobView] = []
+        made: list[int] = []
         fits = self._fits
         for job in jobs:
             cached = fits.get(job.job_id)
             if cached is None:
                 fresh.append(job)
-            elif cached.key != history_key(job):
+                continue
+            history = job.history  # history_key, inline: a round passes thousands of jobs
+            if cached.key != (history.newest_iteration, history.size):
                 stale.append(job)
+                made.append(cached.made)
         budget = self.config.refit_budget
         if len(fresh) + len(stale) > budget:
-            stale.sort(key=lambda job: fits[job.job_id].made)
+            # Oldest fits first; a stable sort keeps the jobs' order among equals.
+            stale = [stale[i] for i in sorted(range(len(stale)), key=made.__getitem__)]
         chosen = (fresh + stale)[:budget]
         self.deferred = len(fresh) + len(stale) - len(chosen)
         if chosen:
