@@ -62,6 +62,17 @@ _HANKEL = np.array([[0, 1, 2], [1, 2, 3], [2, 3, 4]])
 
 _DIAGONAL = np.arange(3)
 
+_COFACTORS = np.array([[4, 2, 1, 0, 1, 0], [8, 5, 5, 8, 2, 4],
+                       [5, 1, 2, 2, 0, 1], [5, 8, 4, 2, 5, 1]])
+"""The distinct entries of a symmetric 3x3 adjugate, of the matrix flattened
+to ``m``: ``m[i] m[j] - m[k] m[l]`` for each column ``(i, j, k, l)``."""
+
+_SYMMETRIC = np.array([[0, 1, 2], [1, 3, 4], [2, 4, 5]])
+"""Where those six entries sit in the full adjugate."""
+
+_FINE_STEPS = np.linspace(-1.0, 1.0, _FINE)
+"""Exponents of the finer scans' steps around the previous optimum."""
+
 
 @dataclass(frozen=True)
 class BatchFit:
@@ -116,7 +127,7 @@ def fit_all(x: FloatArray, y: FloatArray, w: FloatArray) -> list[BatchFit]:
             ratio = coarse[1] / coarse[0]
             for _ in range(_REFINE):
                 best = found[0][:, 3] if family == "inv_quad" else found[0][:, 2]
-                step = ratio ** np.linspace(-1.0, 1.0, _FINE)
+                step = ratio ** _FINE_STEPS
                 found = fit(xs, ys, ws, best[:, None] * step[None, :])
                 ratio = ratio ** (2.0 / (_FINE - 1))
             results[family].append(found)
@@ -212,15 +223,12 @@ def _solve3(mat: FloatArray, rhs: FloatArray) -> FloatArray:
     """``mat^-1 rhs`` for stacks of symmetric 3x3 systems, by the adjugate.
 
     ``np.linalg.solve`` calls LAPACK once per system: for thousands of 3x3
-    systems that call, not the arithmetic, is the cost."""
+    systems that call, not the arithmetic, is the cost. The six distinct
+    cofactors are one gather-multiply-subtract, so a batch of one job (a
+    simulated decision refits about one) costs a dozen numpy calls too."""
+    m = mat.reshape(mat.shape[:-2] + (9,))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        a, b, c = mat[..., 0, 0], mat[..., 0, 1], mat[..., 0, 2]
-        d, e, f = mat[..., 1, 1], mat[..., 1, 2], mat[..., 2, 2]
-        adj = np.stack([d * f - e * e, c * e - b * f, b * e - c * d,
-                        a * f - c * c, b * c - a * e, a * d - b * b], -1)
-        det = a * adj[..., 0] + b * adj[..., 1] + c * adj[..., 2]
-        r0, r1, r2 = rhs[..., 0], rhs[..., 1], rhs[..., 2]
-        return np.stack([adj[..., 0] * r0 + adj[..., 1] * r1 + adj[..., 2] * r2,
-                         adj[..., 1] * r0 + adj[..., 3] * r1 + adj[..., 4] * r2,
-                         adj[..., 2] * r0 + adj[..., 4] * r1 + adj[..., 5] * r2],
-                        -1) / det[..., None]
+        adj = m[..., _COFACTORS[0]] * m[..., _COFACTORS[1]] \
+            - m[..., _COFACTORS[2]] * m[..., _COFACTORS[3]]
+        det = (m[..., :3] * adj[..., :3]).sum(-1)
+        return (adj[..., _SYMMETRIC] * rhs[..., None, :]).sum(-1) / det[..., None]
