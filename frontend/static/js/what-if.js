@@ -44,7 +44,7 @@ export function whatIfSection() {
     const body = { hours: Number(hours.value), policies };
     if (slots.value) body.slots = Number(slots.value);
     button.disabled = true;
-    clear(out, notice("loading", "Replaying the completed jobs in the simulator…"));
+    clear(out, notice("loading", "Replaying the completed jobs in the simulator… a window of thousands of jobs can take half a minute under slaq."));
     try {
       last = await api("/api/v1/admin/what-if", { method: "POST", body });
       render(out, last);
