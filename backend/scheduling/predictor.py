@@ -34,7 +34,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -159,11 +159,19 @@ class CurveFit:
         return self.family == PENDING
 
     def rising(self, margin: float) -> bool:
-        """Whether the newest level is clearly above the lowest loss: by three
-        noise widths plus ``margin`` of the drop shown (a diverging job, an
-        overfitting validation loss). The families are all decreasing, so
-        such a fit's extrapolation means nothing."""
-        return self.anchor > self.lowest_loss + 3 * self.noise + margin * self.largest_drop
+        """Whether the newest level is clearly above the lowest loss
+        (:func:`rising_level`)."""
+        return bool(rising_level(self.anchor, self.lowest_loss, self.noise, self.largest_drop,
+                                 margin))
+
+
+def rising_level(anchor: Any, lowest: Any, noise: Any, shown: Any, margin: float) -> Any:
+    """Whether a fit's newest level ``anchor`` is clearly above the ``lowest``
+    loss: by three ``noise`` widths plus ``margin`` of the drop ``shown`` (a
+    diverging job, an overfitting validation loss). The families are all
+    decreasing, so such a fit's extrapolation means nothing. Floats or
+    arrays of them (a policy tests hundreds of fits at once)."""
+    return anchor > lowest + 3 * noise + margin * shown
 
 
 BAND_COVERAGE = 0.9

@@ -12,7 +12,7 @@ import numpy as np
 
 from backend.scheduling.allocation import fill_slots
 from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_waiting
-from backend.scheduling.predictor import CurveFit, LossPredictor, drop_model
+from backend.scheduling.predictor import CurveFit, LossPredictor, drop_model, rising_level
 from backend.scheduling.types import Grant, JobView, Snapshot
 
 
@@ -314,9 +314,7 @@ class SlaqPolicy:
         # from reading as "unsure": only errors material to the total drop count.
         error = drift * n / scale
         weight = np.minimum(1.0, self.blend * error / (error + point + self.error_floor))
-        # A rising level (CurveFit.rising): the families are all decreasing, so
-        # such a fit's extrapolation means nothing.
-        rising = anchor > lowest + 3 * noise + self.diverge_margin * shown
+        rising = rising_level(anchor, lowest, noise, shown, self.diverge_margin)
         weight[shown < self.min_progress * np.abs(initial)] = 1.0
         index[rising] = 0.0
         weight[rising] = 0.0
