@@ -382,12 +382,11 @@ class LossPredictor:
         fitted: list[JobView] = []
         previous: list[CurveFit | None] = []
         for job in jobs:
-            previous.append(self._fits.get(job.job_id))
+            earlier = self._fits.get(job.job_id)
             self._fits[job.job_id] = self._statistics(job)
             if job.history.size >= self.config.min_points:
                 fitted.append(job)
-            else:
-                previous.pop()
+                previous.append(earlier)
         if fitted:
             self._fit_windows(_windows(self.config, fitted, previous))
 
@@ -526,23 +525,16 @@ def _pending(job: JobView) -> CurveFit:
 
 
 @functools.lru_cache(maxsize=4096)
-def _window_ages(cfg: PredictorConfig, n: int) -> np.ndarray:
-    """Ages (0 = newest) of the points a window of ``n`` points fits, oldest
-    first; the same for every job of that length, so computed once."""
+def _window_picks(cfg: PredictorConfig, n: int) -> np.ndarray:
+    """Positions, oldest first, of the points a window of ``n`` points fits:
+    the newest ``dense_tail`` and evenly spaced older ones of the recent part;
+    the same for every job of that length, so computed once."""
     recent = min(n, max(cfg.min_history, math.ceil(cfg.history_frac * n)))
     ages = np.unique(np.concatenate([
         np.arange(min(cfg.dense_tail, n)),
         np.round(np.linspace(0, recent - 1, cfg.window - cfg.dense_tail)).astype(int),
     ]))
-    ages = ages[::-1].copy()
-    ages.flags.writeable = False  # shared by every call (cached)
-    return ages
-
-
-@functools.lru_cache(maxsize=4096)
-def _window_picks(cfg: PredictorConfig, n: int) -> np.ndarray:
-    """Positions, oldest first, of the points a window of ``n`` points fits."""
-    picks = n - 1 - _window_ages(cfg, n)
+    picks = n - 1 - ages[::-1]
     picks.flags.writeable = False  # shared by every call (cached)
     return picks
 
