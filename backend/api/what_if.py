@@ -1,12 +1,16 @@
-"""``POST /api/v1/admin/what-if``: the portal's recent history replayed under
-other policies (platform admins: it spans every tenant's jobs)."""
+"""The what-if replay: the portal's recent history replayed under other
+policies (platform admins: it spans every tenant's jobs).
+
+``POST /api/v1/admin/what-if`` records the window and starts the replay in
+the background (202); ``GET /api/v1/admin/what-if/{id}`` (or ``/latest``)
+answers its progress and, once done, the report."""
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Path, Response, status
 from pydantic import BaseModel, Field, field_validator
 
 from backend.api.deps import KeysDep, PlatformAdmin, RedisDep, SessionDep
@@ -14,19 +18,21 @@ from backend.core.leases import Heartbeats
 from backend.core.models import utcnow
 from backend.core.portal_settings import active_policy_name
 from backend.core.settings import get_settings
+from backend.services import what_if_runs
 from backend.services.portal_trace import WorkloadTooLarge, record_portal_workload
 from backend.services.what_if import (
     DEFAULT_POLICIES,
     NothingToReplay,
     check_policies,
-    replay,
-    report,
+    check_replayable,
     tenant_views,
 )
+from backend.services.what_if_runs import ReplayBusy, ReplayJob
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 
 MAX_HOURS = 24 * 30
+RunId = Annotated[str, Path(pattern="^[0-9a-f]{32}$", description="The replay's id")]
 
 
 class WhatIfRequest(BaseModel):
@@ -44,12 +50,13 @@ class WhatIfRequest(BaseModel):
         return list(dict.fromkeys(policies))
 
 
-@router.post("/what-if")
-def what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin,
-            client: RedisDep, keys: KeysDep) -> dict[str, Any]:
+@router.post("/what-if", status_code=status.HTTP_202_ACCEPTED)
+def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin,
+                  client: RedisDep, keys: KeysDep, response: Response) -> dict[str, Any]:
     """Every job submitted in the window that completed, replayed in the
     simulator under each policy (its real curves, speeds and chunk costs;
-    today's tenant quotas), next to how it actually ran."""
+    today's tenant quotas), next to how it actually ran. Answers at once
+    with the replay's state; poll its ``Location`` for progress and report."""
     slots = body.slots or len(Heartbeats(client, keys).alive_info())
     if slots < 1:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
@@ -58,11 +65,37 @@ def what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin,
     until = utcnow()
     try:
         workload = record_portal_workload(session, until - timedelta(hours=body.hours), until)
-        replays = replay(workload, body.policies, slots=slots,
-                         chunk_seconds=get_settings().chunk_seconds,
-                         tenants=tenant_views(session))
+        check_replayable(workload)
     except (WorkloadTooLarge, NothingToReplay) as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
-    return {**report(workload, replays), "slots": slots,
-            "chunk_seconds": get_settings().chunk_seconds,
-            "active_policy": active_policy_name(session, get_settings().policy)}
+    settings = get_settings()
+    job = ReplayJob(workload, body.policies, slots, settings.chunk_seconds, tenant_views(session),
+                    extra={"slots": slots, "chunk_seconds": settings.chunk_seconds,
+                           "active_policy": active_policy_name(session, settings.policy)})
+    try:
+        run_id = what_if_runs.start(client, keys, job, started_by=scope.user.email)
+    except ReplayBusy as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
+    response.headers["Location"] = f"{router.prefix}/what-if/{run_id}"
+    return _known_run(what_if_runs.read(client, keys, run_id))
+
+
+@router.get("/what-if/latest")
+def latest_what_if(_scope: PlatformAdmin, client: RedisDep, keys: KeysDep) -> dict[str, Any]:
+    """The newest replay of the last day (running or finished)."""
+    return _known_run(what_if_runs.latest(client, keys))
+
+
+@router.get("/what-if/{run_id}")
+def what_if_run(run_id: RunId, _scope: PlatformAdmin, client: RedisDep,
+                keys: KeysDep) -> dict[str, Any]:
+    """A replay's state: ``running`` (with progress), ``done`` (with the
+    report in ``result``), ``failed`` or ``lost`` (with ``error``)."""
+    return _known_run(what_if_runs.read(client, keys, run_id))
+
+
+def _known_run(run: dict[str, Any] | None) -> dict[str, Any]:
+    if run is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND,
+                            "No such what-if replay: replays are kept for a day.")
+    return run

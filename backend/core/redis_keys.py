@@ -126,3 +126,21 @@ class RedisKeys:
         ``<metric>|<labels as JSON>|<total, sum, count or b:<bucket bound>>``.
         Wiping it resets the counters, which Prometheus's rate() tolerates."""
         return f"{self.prefix}:metrics"
+
+    def what_if_run(self, run_id: str) -> str:
+        """Hash with a day's TTL: one what-if replay's state, progress and, once
+        done, its report as JSON (:mod:`backend.services.what_if_runs`)."""
+        return f"{self.prefix}:what-if:run:{run_id}"
+
+    @property
+    def what_if_running(self) -> str:
+        """String with a short TTL the replaying process keeps renewing: the id
+        of the what-if replay running now. One at a time, so an admin's
+        replay cannot take every core from the scheduler; gone while its id
+        says running means the process died."""
+        return f"{self.prefix}:what-if:running"
+
+    @property
+    def what_if_latest(self) -> str:
+        """String: the id of the newest what-if replay, which the admin page shows."""
+        return f"{self.prefix}:what-if:latest"

@@ -259,12 +259,15 @@ Stopper = Callable[[float, Mapping[int, SimJob], Sequence[SimJob]], Iterable[int
 def simulate(
     policy: Policy, trace: Trace, arrivals: Sequence[Arrival], config: SimConfig,
     stopper: Stopper | None = None, *, requirements: Mapping[int, Requirements] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> SimResult:
     """Run ``arrivals`` to completion under ``policy``; deterministic for given
     inputs unless decision time is charged by the wall clock.
 
     ``requirements``: per job id (arrival index), what the job needs of a
-    pool; only meaningful with ``config.pools``.
+    pool; only meaningful with ``config.pools``. ``progress``: called with
+    the number of jobs finished so far each time it grows (a long replay's
+    progress).
     """
     needs = requirements or {}
     jobs = [SimJob(a.index, trace.curve(a.curve_id), a.tenant_id, a.time, waiting_since=a.time,
@@ -313,6 +316,7 @@ def simulate(
     waiting = 0  # active jobs without a chunk in flight
     ready_at = -math.inf  # the end of the last decision: the next cannot start before
     seq = len(jobs)
+    finished = 0
     while events:
         now = max(events[0][0], ready_at)
         ended: list[SimJob] = []
@@ -339,6 +343,7 @@ def simulate(
                 if job.finish is not None:
                     del active[job_id]
                     del views[job_id]
+                    finished += 1
                 else:
                     views[job_id] = job.view()
                     waiting += 1
@@ -352,10 +357,13 @@ def simulate(
                     job.finish = now
                     del active[job_id]
                     del views[job_id]
+                    finished += 1
                     fresh.get(job.kind, set()).discard(job_id)
                     waiting -= 1
                     for name in eligible.get(job_id, ()):
                         waiting_for[name] -= 1
+        if progress is not None and ended:
+            progress(finished)
         if free <= 0 or waiting <= 0:
             continue
         for job_kind in moved:

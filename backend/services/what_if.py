@@ -10,8 +10,9 @@ admin page charts (the CLI writes the same charts as an HTML report).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -41,13 +42,15 @@ class Replay:
     figures: Figures
 
 
+Progress = Callable[[str, int], None]
+"""``progress(policy, jobs finished)`` while that policy's replay runs."""
+
+
 def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
-           chunk_seconds: float, tenants: Mapping[int, TenantView] | None = None
-           ) -> list[Replay]:
+           chunk_seconds: float, tenants: Mapping[int, TenantView] | None = None,
+           progress: Progress | None = None) -> list[Replay]:
     """The workload as it ran, then under each of ``policies``."""
-    if not workload.trace.arrivals:
-        raise NothingToReplay("No job submitted in that window has completed yet: "
-                              "nothing to replay.")
+    check_replayable(workload)
     check_policies(policies)
     arrivals = list(workload.trace.arrivals)
     # As the live scheduler would run them: policies see a job's newest
@@ -56,10 +59,19 @@ def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
                        history_points=LIVE_HISTORY_POINTS, attained_overhead=False)
     out = [Replay("as run", workload.as_run, figures(workload.as_run))]
     for name in policies:
+        tick = None if progress is None else partial(progress, name)
+        if tick is not None:
+            tick(0)
         result = simulate(build_policy(name, workload.trace, arrivals), workload.trace,
-                          arrivals, config)
+                          arrivals, config, progress=tick)
         out.append(Replay(name, result, figures(result)))
     return out
+
+
+def check_replayable(workload: PortalWorkload) -> None:
+    if not workload.trace.arrivals:
+        raise NothingToReplay("No job submitted in that window has completed yet: "
+                              "nothing to replay.")
 
 
 def check_policies(policies: Sequence[str]) -> None:

@@ -124,7 +124,9 @@ def test_platform_admin_replays_recent_history_under_other_policies(
     page.get_by_label("las", exact=True).uncheck()
     page.get_by_role("button", name="Replay").click()
     table = page.get_by_test_id("what-if-table")
-    expect(table.locator("tbody th")).to_have_text(["as it ran", "fair", "slaq"])
+    # The replay runs in a process of its own, which the page polls.
+    expect(table.locator("tbody th")).to_have_text(["as it ran", "fair", "slaq"], timeout=60_000)
+    expect(page.get_by_test_id("what-if-when")).to_contain_text("by root@platform.test")
     expect(table.locator("caption")).to_contain_text("completed jobs on 2 slots")
     # Changes are against the policy in force, simulated: not against itself.
     expect(table.locator("caption")).to_contain_text("change against fair, the policy in force")
@@ -143,3 +145,39 @@ def test_platform_admin_replays_recent_history_under_other_policies(
         page.get_by_label(name, exact=True).uncheck()
     page.get_by_role("button", name="Replay").click()
     expect(page.locator("#what-if-result")).to_contain_text("Choose at least one policy")
+    # The newest replay stays on the page for a day, for any platform admin.
+    page.reload()
+    expect(page.get_by_test_id("what-if-table").locator("tbody th")).to_have_text(
+        ["as it ran", "fair", "slaq"])
+
+
+def test_the_admin_page_follows_a_running_replay(
+        page: Page, accounts: Callable[..., Account], browser_portal: Portal) -> None:
+    admin = accounts("ops@platform.test", tenant="platform", role=Role.platform_admin)
+    client, keys = browser_portal.redis(), browser_portal.keys
+    # A replay another admin started, half-way through its second policy;
+    # the test holds its lease as the replaying process would.
+    run_id = "d" * 32
+    client.hset(keys.what_if_run(run_id), mapping={
+        "state": "running", "started_at": "2026-11-25T00:00:00+00:00",
+        "started_by": "other@platform.test", "policies": '["fair", "slaq", "las"]',
+        "jobs": 1200, "policy": "slaq", "jobs_finished": 600})
+    client.set(keys.what_if_running, run_id, ex=60)
+    client.set(keys.what_if_latest, run_id, ex=60)
+    try:
+        sign_in(page, admin, "/admin")
+        result = page.locator("#what-if-result")
+        expect(result).to_contain_text("Replaying under slaq (2 of 3): 600 of 1,200 jobs finished")
+        expect(result.get_by_role("progressbar")).to_have_attribute("value", "0.5")
+        expect(page.get_by_role("button", name="Replay")).to_be_disabled()
+        result.scroll_into_view_if_needed()
+        screenshot(page, "admin-what-if-running")
+        # The page polls: the next policy's progress shows, then that the
+        # process died (its lease gone) and the admin may start another.
+        client.hset(keys.what_if_run(run_id), mapping={"policy": "las", "jobs_finished": 30})
+        expect(result).to_contain_text("Replaying under las (3 of 3): 30 of 1,200 jobs finished")
+        client.delete(keys.what_if_running)
+        expect(result.get_by_role("alert")).to_contain_text("Run it again")
+        expect(page.get_by_role("button", name="Replay")).to_be_enabled()
+    finally:
+        client.delete(keys.what_if_run(run_id), keys.what_if_running, keys.what_if_latest)

@@ -92,9 +92,23 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
     admin = make_user_token(portal.db_url, tenant="ops", email="ops@ops.test",
                             role=Role.platform_admin)
     with token_client(portal, admin) as api:
-        answer = api.post("/api/v1/admin/what-if", json={"hours": 1, "policies": ["fair", "slaq"]})
-        assert answer.status_code == 200, answer.text
-        body = answer.json()
+        started = api.post("/api/v1/admin/what-if", json={"hours": 1, "policies": ["fair", "slaq"]})
+        assert started.status_code == 202, started.text
+        run = started.json()
+        assert started.headers["location"] == f"/api/v1/admin/what-if/{run['id']}"
+        assert run["jobs"] == JOBS and run["policies"] == ["fair", "slaq"]
+        assert run["started_by"] == "ops@ops.test" and run["state"] in {"running", "done"}
+
+        def finished() -> dict[str, Any] | None:
+            now = api.get(started.headers["location"])
+            assert now.status_code == 200, now.text
+            return None if now.json()["state"] == "running" else now.json()
+
+        done = wait_until(finished, 120, "the what-if replay to finish")
+        assert done["state"] == "done", done["error"]
+        assert done["progress"] == {"policy": "slaq", "jobs_finished": JOBS}
+        assert api.get("/api/v1/admin/what-if/latest").json()["id"] == run["id"]
+        body = done["result"]
         assert [r["label"] for r in body["runs"]] == ["as run", "fair", "slaq"]
         assert body["jobs"] == JOBS and body["slots"] == 2  # the slots up now
         assert body["left_out"] == {"not completed (cancelled)": 1}
@@ -104,9 +118,10 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
         real = [_seconds(j["finished_at"]) - _seconds(j["created_at"]) for j in history["jobs"]]
         as_run = body["runs"][0]
         assert as_run["figures"]["mean_completion"] == pytest.approx(sum(real) / JOBS, rel=1e-3)
-        for run in body["runs"]:
-            assert len(run["t90"]) == JOBS and run["t90"] == sorted(run["t90"])
-            assert len(run["timeline"]["seconds"]) == len(run["timeline"]["mean_norm_loss"]) > 0
+        for replayed in body["runs"]:
+            assert len(replayed["t90"]) == JOBS and replayed["t90"] == sorted(replayed["t90"])
+            assert len(replayed["timeline"]["seconds"]) == len(
+                replayed["timeline"]["mean_norm_loss"]) > 0
 
         bad = api.post("/api/v1/admin/what-if", json={"hours": 0})
         assert bad.status_code == 422
@@ -115,6 +130,46 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
         empty = api.post("/api/v1/admin/what-if", json={"hours": 1e-6})
         assert empty.status_code == 422
         assert "No job submitted in that window has completed" in empty.json()["detail"]
+        missing = api.get(f"/api/v1/admin/what-if/{'0' * 32}")
+        assert missing.status_code == 404 and "kept for a day" in missing.text
+        assert api.get("/api/v1/admin/what-if/not-an-id").status_code == 422
+
+
+def test_one_replay_runs_at_a_time(portal: Portal, history: dict[str, Any]) -> None:
+    admin = make_user_token(portal.db_url, tenant="ops", email="ops2@ops.test",
+                            role=Role.platform_admin)
+    client, keys = portal.redis(), portal.keys
+    # Another replay's process holds the lease (it renews it while it runs).
+    assert client.set(keys.what_if_running, "f" * 32, nx=True, ex=60)
+    try:
+        with token_client(portal, admin) as api:
+            busy = api.post("/api/v1/admin/what-if", json={"hours": 1, "policies": ["fair"]})
+        assert busy.status_code == 409, busy.text
+        assert "Another what-if replay is running" in busy.json()["detail"]
+    finally:
+        client.delete(keys.what_if_running)
+
+
+def test_a_replay_whose_process_died_reads_as_lost(portal: Portal) -> None:
+    admin = make_user_token(portal.db_url, tenant="ops", email="ops3@ops.test",
+                            role=Role.platform_admin)
+    client, keys = portal.redis(), portal.keys
+    # What a replaying process leaves behind when it is killed mid-way: its
+    # state still says running, and its lease has expired.
+    run_id = "e" * 32
+    client.hset(keys.what_if_run(run_id), mapping={
+        "state": "running", "started_at": "2026-11-25T00:00:00+00:00", "started_by": "x@ops.test",
+        "policies": '["slaq"]', "jobs": 7, "policy": "slaq", "jobs_finished": 3})
+    try:
+        with token_client(portal, admin) as api:
+            lost = api.get(f"/api/v1/admin/what-if/{run_id}")
+        assert lost.status_code == 200, lost.text
+        body = lost.json()
+        assert body["state"] == "lost" and body["result"] is None
+        assert "Run it again" in body["error"]
+        assert body["progress"] == {"policy": "slaq", "jobs_finished": 3}
+    finally:
+        client.delete(keys.what_if_run(run_id))
 
 
 @pytest.mark.parametrize("role", [Role.member, Role.tenant_admin])
@@ -123,7 +178,10 @@ def test_only_platform_admins_replay_every_tenants_history(portal: Portal, role:
                             role=role)
     with token_client(portal, token) as api:
         refused = api.post("/api/v1/admin/what-if", json={})
-    assert refused.status_code == 403, refused.text
+        assert refused.status_code == 403, refused.text
+        for path in ("latest", "0" * 32):
+            unseen = api.get(f"/api/v1/admin/what-if/{path}")
+            assert unseen.status_code == 403, unseen.text
 
 
 def _seconds(iso: str) -> float:

@@ -1,10 +1,12 @@
 // The admin page's what-if replay: the portal's recent completed jobs,
-// simulated under other policies next to how they actually ran
-// (POST /api/v1/admin/what-if). Platform admins only: it spans every tenant.
+// simulated under other policies next to how they actually ran. POST
+// /api/v1/admin/what-if starts a replay in the background; the page polls
+// its state (progress, then the report) at /api/v1/admin/what-if/{id}.
+// Platform admins only: it spans every tenant.
 
 import { api } from "./api.js";
 import { baseLayout, chartColors, onThemeChange, PLOT_CONFIG, themedAxis, valueAxis } from "./charts.js";
-import { clear, formatDuration, formatNumber, formatValue, h, notice } from "./dom.js";
+import { clear, formatDuration, formatNumber, formatTime, formatValue, h, notice } from "./dom.js";
 
 const WINDOWS = [["1", "the last hour"], ["24", "the last 24 hours"], ["168", "the last 7 days"]];
 const POLICIES = ["fair", "las", "slaq", "fifo", "slaq-classic", "oracle"];
@@ -15,10 +17,13 @@ const FIGURES = [
   ["mean_completion", "Mean completion", formatDuration],
   ["makespan", "Makespan", formatDuration],
 ];
+const POLL_MS = 1000;
+const BASE = "/api/v1/admin/what-if";
 
 let last = null;
+let following = null; // the id of the replay this page shows
 
-/** The section's form; results appear under it. */
+/** The section's form; the newest replay (running or done) appears under it. */
 export function whatIfSection() {
   const hours = h("select", { id: "what-if-hours", name: "hours" },
     WINDOWS.map(([value, label]) => h("option", { value }, label)));
@@ -34,6 +39,26 @@ export function whatIfSection() {
     h("fieldset", {}, h("legend", {}, "Policies to compare"), h("div", { class: "chart-tools" }, boxes)),
     button);
   const out = h("div", { id: "what-if-result", "aria-live": "polite" });
+  const show = (run, note = null) => {
+    following = run.id;
+    button.disabled = run.state === "running";
+    showRun(out, run, note);
+    if (run.state === "running") setTimeout(() => poll(run.id, 0), POLL_MS);
+  };
+  const poll = async (id, failures) => {
+    if (following !== id) return;
+    try {
+      const run = await api(`${BASE}/${id}`);
+      if (following === id) show(run);
+    } catch (err) {
+      if (err.status === 404) {
+        button.disabled = false;
+        clear(out, notice("error", err.message));
+      } else {
+        setTimeout(() => poll(id, failures + 1), Math.min(POLL_MS * 2 ** (failures + 1), 30000));
+      }
+    }
+  };
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const policies = [...form.querySelectorAll("input[name=policy]:checked")].map((b) => b.value);
@@ -44,29 +69,54 @@ export function whatIfSection() {
     const body = { hours: Number(hours.value), policies };
     if (slots.value) body.slots = Number(slots.value);
     button.disabled = true;
-    clear(out, notice("loading", "Replaying the completed jobs in the simulator… a window of thousands of jobs can take half a minute under slaq."));
+    following = null;
+    clear(out, notice("loading", "Recording the window's completed jobs…"));
     try {
-      last = await api("/api/v1/admin/what-if", { method: "POST", body });
-      render(out, last);
+      show(await api(BASE, { method: "POST", body }));
     } catch (err) {
-      clear(out, notice("error", `Could not replay: ${err.message}`));
-    } finally {
       button.disabled = false;
+      clear(out, notice("error", `Could not replay: ${err.message}`));
+      // One replay runs at a time: follow the one that holds the cluster.
+      if (err.status === 409) api(`${BASE}/latest`).then((run) => show(run, err.message), () => {});
     }
   });
-  onThemeChange(() => { if (last) render(out, last); });
+  onThemeChange(() => { if (last) render(out, last.result, last); });
+  api(`${BASE}/latest`).then((run) => { if (following === null) show(run); }, () => {});
   return [
     h("p", { class: "small subtle" },
       "What would the portal's recent history have looked like under another policy? ",
       "Every job submitted in the window that completed is replayed in the simulator with its real loss curve, ",
       "speed and chunk cost, the tenants' current quotas, and the portal's chunk length, next to how it actually ran. ",
       "How it ran also holds what the simulator does not model (worker start-up, waiting for scheduler rounds), ",
-      "so compare the policies with each other and read that row as the reference."),
+      "so compare the policies with each other and read that row as the reference. ",
+      "A replay runs in the background, one at a time; a window of thousands of jobs takes about half a minute under slaq."),
     form, out,
   ];
 }
 
-function render(out, data) {
+/** A replay's state: its progress, its report, or why there is none. */
+function showRun(out, run, note) {
+  const aside = note ? notice("info", note) : null;
+  if (run.state === "done") {
+    last = run;
+    render(out, run.result, run, aside);
+  } else if (run.state === "running") {
+    const n = run.policies.length;
+    const at = Math.max(0, run.policies.indexOf(run.progress.policy));
+    const share = run.jobs ? (at + run.progress.jobs_finished / run.jobs) / n : 0;
+    const doing = run.progress.policy
+      ? `Replaying under ${run.progress.policy} (${at + 1} of ${n}): ${formatNumber(run.progress.jobs_finished)} of ${formatNumber(run.jobs)} jobs finished…`
+      : `Starting the replay of ${formatNumber(run.jobs)} completed jobs…`;
+    const who = h("span", { class: "subtle" },
+      ` Started ${formatTime(run.started_at)}${run.started_by ? ` by ${run.started_by}` : ""}.`);
+    clear(out, aside, notice("loading", doing, who, h("div", { class: "progress" },
+      h("progress", { max: "1", value: String(share), "aria-label": "Replay progress" }))));
+  } else {
+    clear(out, aside, notice("error", `The replay started ${formatTime(run.started_at)} did not finish: ${run.error}`));
+  }
+}
+
+function render(out, data, run, aside = null) {
   const runs = data.runs;
   const asRun = runs.find((r) => r.label === "as run");
   // Simulated runs compare with each other: the live history also holds costs
@@ -91,7 +141,10 @@ function render(out, data) {
       FIGURES.map(([key, , fmt]) => h("td", { class: "num" }, fmt(run.figures[key]), h("span", { class: "subtle" }, change(run, key)))))))));
   const timeline = h("div", { class: "chart", "data-testid": "what-if-timeline", role: "img", "aria-label": "Mean normalised loss of the active jobs over time, per run" });
   const cdf = h("div", { class: "chart", "data-testid": "what-if-cdf", role: "img", "aria-label": "Share of jobs that reached 90% of their loss reduction, by seconds since arrival, per run" });
-  clear(out, skipped ? notice("info", `Left out: ${skipped}.`) : null, table, timeline, cdf);
+  const took = (Date.parse(run.finished_at) - Date.parse(run.started_at)) / 1000;
+  const when = h("p", { class: "small subtle", "data-testid": "what-if-when" },
+    `Replay started ${formatTime(run.started_at)}${run.started_by ? ` by ${run.started_by}` : ""}, took ${formatDuration(took)}.`);
+  clear(out, aside, skipped ? notice("info", `Left out: ${skipped}.`) : null, when, table, timeline, cdf);
   const c = chartColors();
   const margin = { l: 60, r: 16, t: 40, b: 48 };
   const legend = { orientation: "h", x: 0, y: -0.2 };
