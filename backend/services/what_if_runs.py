@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
 import threading
 import time
 import uuid
@@ -46,6 +47,9 @@ KEEP_SECONDS = 24 * 3600
 """How long a replay's state and report stay readable."""
 LEASE_SECONDS = 30
 """A replay whose process stopped renewing its lease this long ago is lost."""
+MAX_SECONDS = 600.0
+"""A replay still running after this long is stopped, so that a runaway one
+cannot hold the one-at-a-time lease for ever (the bounds take under a minute)."""
 _RENEW_SECONDS = 5.0
 _PROGRESS_SECONDS = 0.5
 """Progress is written at most this often: a replay ends thousands of chunks."""
@@ -80,6 +84,7 @@ class ReplayJob:
     tenants: Mapping[int, TenantView] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Added to the report as is (the slots, chunk length and policy in force)."""
+    max_seconds: float = MAX_SECONDS
 
 
 def start(client: redis.Redis, keys: RedisKeys, job: ReplayJob, *, started_by: str) -> str:
@@ -158,7 +163,7 @@ def _replay_process(keys: RedisKeys, run_id: str, job: ReplayJob) -> None:
     """The spawned process: replay, write the answer, release the lease."""
     client = get_redis()
     stop = threading.Event()
-    threading.Thread(target=_renew, args=(client, keys, run_id, stop),
+    threading.Thread(target=_renew, args=(client, keys, run_id, job.max_seconds, stop),
                      name="slaq-what-if-lease", daemon=True).start()
     try:
         replays = replay(job.workload, job.policies, slots=job.slots,
@@ -182,8 +187,15 @@ def _finish(client: redis.Redis, keys: RedisKeys, run_id: str, **fields: str) ->
     client.eval(_LEASE_SCRIPT, 1, keys.what_if_running, run_id, 0)
 
 
-def _renew(client: redis.Redis, keys: RedisKeys, run_id: str, stop: threading.Event) -> None:
-    while not stop.wait(_RENEW_SECONDS):
+def _renew(client: redis.Redis, keys: RedisKeys, run_id: str, max_seconds: float,
+           stop: threading.Event) -> None:
+    deadline = time.monotonic() + max_seconds
+    while not stop.wait(min(_RENEW_SECONDS, max_seconds)):
+        if time.monotonic() > deadline:
+            _finish(client, keys, run_id, state="failed",
+                    error=f"The replay ran longer than {max_seconds:g} s and was stopped: "
+                          "narrow the window or compare fewer policies.")
+            os._exit(1)  # the replay's thread cannot be interrupted; this process is its own
         client.eval(_LEASE_SCRIPT, 1, keys.what_if_running, run_id, LEASE_SECONDS)
 
 
