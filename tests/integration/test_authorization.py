@@ -96,6 +96,26 @@ class World:
                 time.sleep(0.2)
         return job
 
+    def what_if_idle(self) -> None:
+        """Waits out a running what-if replay (one runs at a time); then a
+        replay of the completed job can start."""
+        assert self.completed_job
+        deadline = time.monotonic() + 120
+        with self.client("platform_admin") as c:
+            while (latest := c.get("/api/v1/admin/what-if/latest")).status_code == 200 \
+                    and latest.json()["state"] == "running":
+                assert time.monotonic() < deadline, "the what-if replay ran over 120 s"
+                time.sleep(0.2)
+
+    @functools.cached_property
+    def what_if_run(self) -> str:
+        """The id of a what-if replay of the completed job."""
+        method, path, body = _what_if(self)
+        with self.client("platform_admin") as c:
+            resp = c.request(method, path, json=body)
+            assert resp.status_code == 202, resp.text
+        return str(resp.json()["id"])
+
     def trained_job(self) -> int:
         """A job of tenant alpha with a checkpoint: trained until its first chunk is stored."""
         job = self.new_job()
@@ -193,8 +213,15 @@ def _unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 
 
-def _what_if(_completed: int) -> tuple[str, str, dict[str, Any]]:
+def _what_if(w: World) -> tuple[str, str, dict[str, Any]]:
+    w.what_if_idle()
     return "POST", "/api/v1/admin/what-if", {"hours": 1, "slots": 2, "policies": ["fair"]}
+
+
+
+def _latest_what_if(w: World) -> tuple[str, str, None]:
+    assert w.what_if_run  # there is a replay to show
+    return "GET", "/api/v1/admin/what-if/latest", None
 
 
 RULES: dict[tuple[str, str], Case] = {
@@ -321,8 +348,10 @@ RULES: dict[tuple[str, str], Case] = {
         lambda w: ("PATCH", f"/api/v1/admin/pools/{w.new_pool()}", {"reserved_for": ["alpha"]}),
         platform_only(200)),
     ("GET", "/api/v1/health"): (lambda w: ("GET", "/api/v1/health", None), everyone(200)),
-    ("POST", "/api/v1/admin/what-if"): (
-        lambda w: _what_if(w.completed_job), platform_only(200)),
+    ("POST", "/api/v1/admin/what-if"): (_what_if, platform_only(202)),
+    ("GET", "/api/v1/admin/what-if/{run_id}"): (
+        lambda w: ("GET", f"/api/v1/admin/what-if/{w.what_if_run}", None), platform_only(200)),
+    ("GET", "/api/v1/admin/what-if/latest"): (_latest_what_if, platform_only(200)),
 }
 
 

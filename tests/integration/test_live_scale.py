@@ -109,9 +109,13 @@ def test_chunks_are_sized_by_time_and_freed_slots_granted_from_the_backlog(
 
 
 def _head_of_queue(world: World, n: int) -> list[int]:
+    """The member's ``n`` jobs nearest the head of the published queue (the
+    other tenant's jobs are not the member's to pause)."""
     raw: dict[str, str] = world.portal.redis().hgetall(  # type: ignore[assignment]
         world.portal.keys.waiting)
-    ranked = sorted((int(json.loads(v)["position"]), int(k)) for k, v in raw.items())
+    mine = set(world.ids)
+    ranked = sorted((int(json.loads(v)["position"]), int(k)) for k, v in raw.items()
+                    if int(k) in mine)
     return [job_id for _, job_id in ranked[:n]]
 
 
