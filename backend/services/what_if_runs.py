@@ -161,6 +161,9 @@ def latest(client: redis.Redis, keys: RedisKeys) -> dict[str, Any] | None:
 
 def _replay_process(keys: RedisKeys, run_id: str, job: ReplayJob) -> None:
     """The spawned process: replay, write the answer, release the lease."""
+    # Below the API and the scheduler sharing the host: an admin's report
+    # may wait, a slot's next grant should not.
+    os.nice(10)
     client = get_redis()
     stop = threading.Event()
     threading.Thread(target=_renew, args=(client, keys, run_id, job.max_seconds, stop),
