@@ -1,7 +1,7 @@
 """The what-if replay: the portal's recent history replayed under other
 policies (platform admins: it spans every tenant's jobs).
 
-``POST /api/v1/admin/what-if`` records the window and starts the replay in
+``POST /api/v1/admin/what-if`` checks the window and starts the replay in
 the background (202); ``GET /api/v1/admin/what-if/{id}`` (or ``/latest``)
 answers its progress and, once done, the report."""
 
@@ -19,15 +19,14 @@ from backend.core.models import utcnow
 from backend.core.portal_settings import active_policy_name
 from backend.core.settings import get_settings
 from backend.services import what_if_runs
-from backend.services.portal_trace import WorkloadTooLarge, record_portal_workload
+from backend.services.portal_trace import WorkloadTooLarge, check_window
 from backend.services.what_if import (
     DEFAULT_POLICIES,
-    NothingToReplay,
+    NO_COMPLETED_JOB,
     check_policies,
-    check_replayable,
     tenant_views,
 )
-from backend.services.what_if_runs import ReplayBusy, ReplayJob
+from backend.services.what_if_runs import ReplayBusy, ReplayJob, Window
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 
@@ -63,13 +62,17 @@ def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin
                             "No worker slot is up to size the replay on: give the number "
                             "of slots to simulate.")
     until = utcnow()
+    since = until - timedelta(hours=body.hours)
     try:
-        workload = record_portal_workload(session, until - timedelta(hours=body.hours), until)
-        check_replayable(workload)
-    except (WorkloadTooLarge, NothingToReplay) as exc:
+        completed = check_window(session, since, until)
+    except WorkloadTooLarge as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
+    if not completed:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, NO_COMPLETED_JOB)
     settings = get_settings()
-    job = ReplayJob(workload, body.policies, slots, settings.chunk_seconds, tenant_views(session),
+    # The replaying process reads the jobs: at the bounds that alone takes seconds.
+    job = ReplayJob(Window(since, until, completed), body.policies, slots,
+                    settings.chunk_seconds, tenant_views(session),
                     extra={"slots": slots, "chunk_seconds": settings.chunk_seconds,
                            "active_policy": active_policy_name(session, settings.policy)})
     try:

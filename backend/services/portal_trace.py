@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlmodel import Session, col
 
 from backend.core.models import Decision, Job, JobStatus, LossRecord, as_utc
@@ -93,23 +93,22 @@ def chunk_overhead(grants: Sequence[float], points: Sequence[tuple[float, float]
     return statistics.median(costs) if costs else None
 
 
-def record_portal_workload(session: Session, since: datetime, until: datetime, *,
-                           max_jobs: int = MAX_JOBS, max_points: int = MAX_POINTS
-                           ) -> PortalWorkload:
-    """Every job submitted in ``[since, until)`` that completed, as a trace
-    with arrivals; raises :class:`WorkloadTooLarge` beyond the bounds."""
-    in_window = (col(Job.created_at) >= since) & (col(Job.created_at) < until)
-    left_out: dict[str, int] = {}
-    for status, count in session.execute(
-            select(col(Job.status), func.count()).where(in_window)
-            .where(col(Job.status) != JobStatus.completed).group_by(col(Job.status))).all():
-        left_out[f"not completed ({status})"] = int(count)
-    completed = in_window & (col(Job.status) == JobStatus.completed)
-    # Counted before anything is loaded: a month of a busy portal is refused
-    # at the cost of one aggregate query.
+def _in_window(since: datetime, until: datetime) -> ColumnElement[bool]:
+    return (col(Job.created_at) >= since) & (col(Job.created_at) < until)
+
+
+def _completed_in(since: datetime, until: datetime) -> ColumnElement[bool]:
+    return _in_window(since, until) & (col(Job.status) == JobStatus.completed)
+
+
+def check_window(session: Session, since: datetime, until: datetime, *,
+                 max_jobs: int = MAX_JOBS, max_points: int = MAX_POINTS) -> int:
+    """How many jobs submitted in ``[since, until)`` completed; raises
+    :class:`WorkloadTooLarge` beyond the bounds. One aggregate query, so a
+    month of a busy portal is refused before anything is loaded."""
     count, points_total = session.execute(
         select(func.count(), func.coalesce(func.sum(col(Job.iterations_done)), 0))
-        .where(completed)).one()
+        .where(_completed_in(since, until))).one()
     if count > max_jobs:
         raise WorkloadTooLarge(
             f"{count} completed jobs arrived in that window; a replay takes at most "
@@ -118,6 +117,21 @@ def record_portal_workload(session: Session, since: datetime, until: datetime, *
         raise WorkloadTooLarge(
             f"the {count} completed jobs of that window ran {points_total:,} iterations; "
             f"a replay reads at most {max_points:,}: choose a shorter window")
+    return int(count)
+
+
+def record_portal_workload(session: Session, since: datetime, until: datetime, *,
+                           max_jobs: int = MAX_JOBS, max_points: int = MAX_POINTS
+                           ) -> PortalWorkload:
+    """Every job submitted in ``[since, until)`` that completed, as a trace
+    with arrivals; raises :class:`WorkloadTooLarge` beyond the bounds."""
+    check_window(session, since, until, max_jobs=max_jobs, max_points=max_points)
+    left_out: dict[str, int] = {}
+    for status, count in session.execute(
+            select(col(Job.status), func.count()).where(_in_window(since, until))
+            .where(col(Job.status) != JobStatus.completed).group_by(col(Job.status))).all():
+        left_out[f"not completed ({status})"] = int(count)
+    completed = _completed_in(since, until)
     jobs = list(session.execute(
         select(Job).where(completed).order_by(col(Job.created_at), col(Job.id))).scalars())
     losses = _loss_points(session, [j.id for j in jobs if j.id is not None])

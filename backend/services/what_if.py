@@ -68,10 +68,12 @@ def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
     return out
 
 
+NO_COMPLETED_JOB = "No job submitted in that window has completed yet: nothing to replay."
+
+
 def check_replayable(workload: PortalWorkload) -> None:
     if not workload.trace.arrivals:
-        raise NothingToReplay("No job submitted in that window has completed yet: "
-                              "nothing to replay.")
+        raise NothingToReplay(NO_COMPLETED_JOB)
 
 
 def check_policies(policies: Sequence[str]) -> None:

@@ -30,16 +30,23 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import redis
 
+from backend.core.db import engine_for, session_scope
 from backend.core.models import utcnow
 from backend.core.redis_conn import get_redis
 from backend.core.redis_keys import RedisKeys
+from backend.core.settings import get_settings
 from backend.scheduling.types import TenantView
-from backend.services.portal_trace import PortalWorkload
-from backend.services.what_if import replay, report
+from backend.services.portal_trace import (
+    PortalWorkload,
+    WorkloadTooLarge,
+    record_portal_workload,
+)
+from backend.services.what_if import NothingToReplay, replay, report
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +81,22 @@ class ReplayBusy(RuntimeError):
 
 
 @dataclass(frozen=True)
-class ReplayJob:
-    """What the replaying process needs: the recorded workload and how to replay it."""
+class Window:
+    """The jobs submitted in ``[since, until)``, read from the portal's
+    database by the replaying process (at the bounds that takes seconds)."""
 
-    workload: PortalWorkload
+    since: datetime
+    until: datetime
+    jobs: int
+    """How many of them completed (:func:`~backend.services.portal_trace.check_window`)."""
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """What the replaying process needs: the workload, or the window to read
+    it from, and how to replay it."""
+
+    workload: PortalWorkload | Window
     policies: Sequence[str]
     slots: int
     chunk_seconds: float
@@ -97,8 +116,7 @@ def start(client: redis.Redis, keys: RedisKeys, job: ReplayJob, *, started_by: s
     with client.pipeline() as pipe:
         pipe.hset(key, mapping={
             "state": "running", "started_at": utcnow().isoformat(), "started_by": started_by,
-            "policies": json.dumps(list(job.policies)),
-            "jobs": len(job.workload.trace.arrivals)})
+            "policies": json.dumps(list(job.policies)), "jobs": _job_count(job.workload)})
         pipe.expire(key, KEEP_SECONDS)
         pipe.set(keys.what_if_latest, run_id, ex=KEEP_SECONDS)
         pipe.execute()
@@ -169,11 +187,17 @@ def _replay_process(keys: RedisKeys, run_id: str, job: ReplayJob) -> None:
     threading.Thread(target=_renew, args=(client, keys, run_id, job.max_seconds, stop),
                      name="slaq-what-if-lease", daemon=True).start()
     try:
-        replays = replay(job.workload, job.policies, slots=job.slots,
+        workload = job.workload
+        if isinstance(workload, Window):
+            workload = _record(workload)
+            client.hset(keys.what_if_run(run_id), "jobs", _job_count(workload))
+        replays = replay(workload, job.policies, slots=job.slots,
                          chunk_seconds=job.chunk_seconds, tenants=job.tenants,
                          progress=_Progress(client, keys.what_if_run(run_id),
-                                            len(job.workload.trace.arrivals)))
-        answer = {**report(job.workload, replays), **job.extra}
+                                            _job_count(workload)))
+        answer = {**report(workload, replays), **job.extra}
+    except (WorkloadTooLarge, NothingToReplay) as exc:
+        _finish(client, keys, run_id, state="failed", error=str(exc))
     except Exception as exc:
         log.exception("what-if replay %s failed", run_id)
         _finish(client, keys, run_id, state="failed",
@@ -182,6 +206,15 @@ def _replay_process(keys: RedisKeys, run_id: str, job: ReplayJob) -> None:
         _finish(client, keys, run_id, state="done", result=json.dumps(answer))
     finally:
         stop.set()
+
+
+def _job_count(workload: PortalWorkload | Window) -> int:
+    return workload.jobs if isinstance(workload, Window) else len(workload.trace.arrivals)
+
+
+def _record(window: Window) -> PortalWorkload:
+    with session_scope(engine_for(get_settings().database_url)) as session:
+        return record_portal_workload(session, window.since, window.until)
 
 
 def _finish(client: redis.Redis, keys: RedisKeys, run_id: str, **fields: str) -> None:

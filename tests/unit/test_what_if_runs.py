@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import redis
 
+from backend.core.db import engine_for, migrate, session_scope
+from backend.core.models import Job, JobStatus, LossRecord, Tenant, User, utcnow
 from backend.core.redis_keys import RedisKeys
 from backend.services import what_if_runs
-from backend.services.what_if_runs import ReplayBusy, ReplayJob
+from backend.services.what_if import NO_COMPLETED_JOB
+from backend.services.what_if_runs import ReplayBusy, ReplayJob, Window
 from tests.bench.what_if import workload
 from tests.utils.waiting import wait_until
 
@@ -54,3 +58,34 @@ def test_a_runaway_replay_is_stopped_and_frees_the_portal_for_the_next(
     assert done["state"] == "done", done["error"]
     assert [r["label"] for r in done["result"]["runs"]] == ["as run", "fair"]
     assert done["progress"] == {"policy": "fair", "jobs_finished": 20}
+
+
+def test_the_replaying_process_reads_the_window_from_the_database(
+        store: tuple[redis.Redis, RedisKeys], db_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    client, keys = store
+    migrate(db_url)
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    # A job that completed with a single loss point: counted in the window,
+    # but no curve to replay, which only reading its points tells.
+    with session_scope(engine_for(db_url)) as session:
+        tenant = Tenant(name="a")
+        session.add(tenant)
+        session.commit()
+        user = User(email="u@a.test", password_hash="x", tenant_id=tenant.id or 0)
+        session.add(user)
+        session.commit()
+        job = Job(tenant_id=tenant.id or 0, user_id=user.id or 0, algorithm="mlp",
+                  dataset="digits", max_iterations=10, status=JobStatus.completed,
+                  iterations_done=1, finished_at=utcnow())
+        session.add(job)
+        session.commit()
+        session.add(LossRecord(job_id=job.id or 0, iteration=1, loss=1.0, seconds=0.1))
+        session.commit()
+    now = utcnow()
+    window = Window(now - timedelta(hours=1), now + timedelta(seconds=1), jobs=1)
+    run_id = what_if_runs.start(client, keys, ReplayJob(window, ["fair"], slots=2,
+                                                        chunk_seconds=1.0), started_by="o@t")
+    run = wait_until(lambda: _ended(client, keys, run_id), 120, "the replay to end")
+    assert run["state"] == "failed" and run["error"] == NO_COMPLETED_JOB
+    assert run["jobs"] == 0  # what it read, in place of the window's count

@@ -106,7 +106,7 @@ function showRun(out, run, note) {
     const share = run.jobs ? (at + run.progress.jobs_finished / run.jobs) / n : 0;
     const doing = run.progress.policy
       ? `Replaying under ${run.progress.policy} (${at + 1} of ${n}): ${formatNumber(run.progress.jobs_finished)} of ${formatNumber(run.jobs)} jobs finished…`
-      : `Starting the replay of ${formatNumber(run.jobs)} completed jobs…`;
+      : `Reading the window's ${formatNumber(run.jobs)} completed jobs…`;
     const who = h("span", { class: "subtle" },
       ` Started ${formatTime(run.started_at)}${run.started_by ? ` by ${run.started_by}` : ""}.`);
     clear(out, aside, notice("loading", doing, who, h("div", { class: "progress" },
