@@ -1,12 +1,12 @@
 """What-if replays in the background: a platform admin's request starts one
 and returns at once; the admin page polls its progress and shows the report.
 
-A replay of a large window takes half a minute under slaq (thousands of
-decisions, each refitting a curve), which is too long for a request to hold
-a connection. It runs in a process of its own, spawned by the API process
-that took the request, so its CPU time does not hold that process's GIL
-while it serves other users. Its state lives in Redis (any API process
-answers the polls) for a day:
+At the bounds, reading the window's jobs takes about ten seconds and
+replaying them under slaq half a minute (thousands of decisions, each
+refitting a curve): too long for a request to hold a connection. Both run
+in a process of its own, spawned by the API process that took the request,
+so its CPU time does not hold that process's GIL while it serves others.
+Its state lives in Redis (any API process answers the polls) for a day:
 
 - ``running``: with progress, the policy being replayed and how many of its
   jobs have finished;
@@ -74,7 +74,6 @@ class ReplayBusy(RuntimeError):
     """Another replay holds the lease."""
 
     def __init__(self, running: Mapping[str, Any] | None) -> None:
-        self.running = running
         who = f" by {running['started_by']}" if running and running.get("started_by") else ""
         super().__init__(f"Another what-if replay is running (started{who}); one runs at a "
                          "time. Wait for it: the admin page shows its progress and result.")

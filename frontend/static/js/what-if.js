@@ -70,7 +70,7 @@ export function whatIfSection() {
     if (slots.value) body.slots = Number(slots.value);
     button.disabled = true;
     following = null;
-    clear(out, notice("loading", "Recording the window's completed jobs…"));
+    clear(out, notice("loading", "Starting the replay…"));
     try {
       show(await api(BASE, { method: "POST", body }));
     } catch (err) {
