@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import TypeVar
 
@@ -49,8 +50,7 @@ def workload(jobs: int, slots: int, seed: int) -> PortalWorkload:
     trace = synthetic_trace(seed, per_shape=max(1, jobs // 8))
     arrivals = generate_workload(trace, slots=slots, load=2.0, jobs=jobs, seed=seed)
     scale = 3600.0 / max(arrivals[-1].time, 1.0)  # arrivals spread over an hour
-    arrivals = [a.__class__(index=a.index, time=a.time * scale, curve_id=a.curve_id,
-                            tenant_id=a.tenant_id) for a in arrivals]
+    arrivals = [replace(a, time=a.time * scale) for a in arrivals]
     recorded = Trace(curves=trace.curves, description=trace.description,
                      arrivals=tuple(arrivals))
     as_run = simulate(build_policy("fair", recorded, arrivals), recorded, arrivals,

@@ -11,8 +11,9 @@ import pytest
 import redis
 
 from backend.core.db import engine_for, migrate, session_scope
-from backend.core.models import Job, JobStatus, LossRecord, Tenant, User, utcnow
+from backend.core.models import Job, JobStatus, LossRecord, Role, utcnow
 from backend.core.redis_keys import RedisKeys
+from backend.seed import ensure_tenant, ensure_user
 from backend.services import what_if_runs
 from backend.services.what_if import NO_COMPLETED_JOB
 from backend.services.what_if_runs import ReplayBusy, ReplayJob, Window
@@ -69,12 +70,9 @@ def test_the_replaying_process_reads_the_window_from_the_database(
     # A job that completed with a single loss point: counted in the window,
     # but no curve to replay, which only reading its points tells.
     with session_scope(engine_for(db_url)) as session:
-        tenant = Tenant(name="a")
-        session.add(tenant)
-        session.commit()
-        user = User(email="u@a.test", password_hash="x", tenant_id=tenant.id or 0)
-        session.add(user)
-        session.commit()
+        tenant = ensure_tenant(session, "a")
+        user, _ = ensure_user(session, email="u@a.test", password="pw-u@a.test", tenant=tenant,
+                              role=Role.member)
         job = Job(tenant_id=tenant.id or 0, user_id=user.id or 0, algorithm="mlp",
                   dataset="digits", max_iterations=10, status=JobStatus.completed,
                   iterations_done=1, finished_at=utcnow())
