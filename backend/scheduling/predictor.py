@@ -30,6 +30,7 @@ its earlier fits (:func:`_calibrated`), so the band holds about
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -73,7 +74,9 @@ class PredictorConfig:
     """Most jobs fitted per call, which bounds decision time when hundreds of
     slots report at once or a restarted scheduler meets thousands of jobs.
     Jobs never fitted go first, then those whose fit is oldest; the rest keep
-    their previous fit one more call, or are ``PENDING`` if they have none."""
+    their previous fit, or are ``PENDING`` if they have none. A job left on
+    an older fit is remembered and refitted in a later call even if it is
+    not handed over again."""
 
 
 @dataclass(frozen=True)
@@ -304,6 +307,14 @@ class LossPredictor:
     _pending: dict[int, CurveFit] = field(default_factory=dict)
     _misses: deque[float] = field(default_factory=lambda: deque(maxlen=_POOLED_MISSES))
     _pooled: tuple[int, float | None] = (-1, None)
+    _stale: dict[int, JobView] = field(default_factory=dict)
+    """The newest view of each job the budget left on an older fit."""
+    _stale_order: list[tuple[int, int]] = field(default_factory=list)
+    """Heap of ``(made, job id)`` over ``_stale``: the oldest fit first."""
+    refreshed: dict[int, CurveFit] = field(default_factory=dict)
+    """New fits, by job id, the last call made for jobs it was not handed
+    (left on an older fit by an earlier call): a caller that memoises
+    anything computed from a fit must recompute it for these."""
     refits: int = 0
     deferred: int = 0
     calls: int = 0
@@ -317,13 +328,17 @@ class LossPredictor:
     def fit_many(self, jobs: Sequence[JobView]) -> list[CurveFit]:
         """Current fits for ``jobs``, refitting (in one batch) those with new
         points, at most ``config.refit_budget`` of them: never-fitted jobs
-        first, then the oldest fits. A job beyond the budget keeps its previous
-        fit one more call, or gets a ``PENDING`` one if it has none."""
+        first, then the oldest fits, whether handed over now or left on an
+        older fit by an earlier call (see ``refreshed``). A job beyond the
+        budget keeps its previous fit, or gets a ``PENDING`` one if it has
+        none.
+
+        A caller need not hand over a job again until it has new points: so
+        10,000 jobs cost a decision only the jobs that changed."""
         self.calls += 1
         fresh: list[JobView] = []
-        stale: list[JobView] = []
-        made: list[int] = []
-        fits = self._fits
+        fits, stale, order = self._fits, self._stale, self._stale_order
+        handed: set[int] = set()
         for job in jobs:
             cached = fits.get(job.job_id)
             if cached is None:
@@ -331,16 +346,24 @@ class LossPredictor:
                 continue
             history = job.history  # history_key, inline: a round passes thousands of jobs
             if cached.key != (history.newest_iteration, history.size):
-                stale.append(job)
-                made.append(cached.made)
+                if job.job_id not in stale:
+                    heapq.heappush(order, (cached.made, job.job_id))
+                stale[job.job_id] = job
+                handed.add(job.job_id)
         budget = self.config.refit_budget
-        if len(fresh) + len(stale) > budget:
-            # Oldest fits first; a stable sort keeps the jobs' order among equals.
-            stale = [stale[i] for i in sorted(range(len(stale)), key=made.__getitem__)]
-        chosen = (fresh + stale)[:budget]
-        self.deferred = len(fresh) + len(stale) - len(chosen)
+        if len(fresh) + len(stale) <= budget:
+            chosen = fresh + list(stale.values())
+            stale.clear()
+            order.clear()
+        else:
+            chosen = fresh[:budget]
+            while len(chosen) < budget and order:
+                chosen.append(stale.pop(heapq.heappop(order)[1]))
+        self.deferred = max(len(fresh) - budget, 0) + len(stale)
         if chosen:
             self._refit(chosen)
+        self.refreshed = {job.job_id: fits[job.job_id] for job in chosen[len(fresh):]
+                          if job.job_id not in handed}
         pending = self._pending
         for job in fresh[budget:]:  # never fitted, beyond the budget
             if job.job_id not in pending:
@@ -364,6 +387,9 @@ class LossPredictor:
             del self._fits[job_id]
         self._refitted &= keep
         self._pending = {j: fit for j, fit in self._pending.items() if j in keep}
+        self._stale = {j: job for j, job in self._stale.items() if j in keep}
+        self._stale_order = [(made, j) for made, j in self._stale_order if j in self._stale]
+        heapq.heapify(self._stale_order)
 
     def _pooled_z(self) -> float | None:
         """The coverage quantile of every job's recent misses, once per call

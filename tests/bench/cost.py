@@ -1,6 +1,7 @@
 """Scheduler cost: decision and refit time vs active jobs and slots.
 
-    .venv/bin/python -m tests.bench.cost [--jobs 100 1000 10000] [--slots 10 100 1000]
+    .venv/bin/python -m tests.bench.cost [--jobs 100 1000 10000] [--slots 10 100 1000] \
+        [--warmup 20] [--rounds 5]
 
 Each case builds a snapshot of N waiting-or-running jobs with 100-point loss
 histories, then times, per policy:
@@ -10,9 +11,10 @@ histories, then times, per policy:
 * ``catch-up``: the decisions, and their total time, until every job is fitted;
 * ``steady``: a decision after the jobs granted last round reported a chunk
   (10 new points each) -- what the live scheduler pays per round (best of
-  ``--rounds``, 5);
+  ``--rounds``, 5, after ``--warmup`` untimed rounds, 20, so that the jobs
+  the refit budget left on older fits have piled up as they do live);
   as live, only those jobs' views are new objects;
-  ``deferred`` is how many of those jobs the budget left on their older fit;
+  ``deferred`` is how many jobs the budget has left on an older fit;
 * ``idle``: the same snapshot again (no new points; the deferred jobs are
   fitted now; best of the same rounds);
 * ``refit/job``: catch-up time over the number of jobs (each catch-up call
@@ -40,6 +42,7 @@ from backend.scheduling.types import Grant, JobView, Policy, Snapshot
 
 HISTORY = 100
 ROUNDS = 5
+WARMUP = 20
 SHAPES = 50
 
 
@@ -98,7 +101,8 @@ class Timing(NamedTuple):
 
 
 def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[LossHistory],
-            rounds: int = ROUNDS, refit_budget: int | None = None) -> Timing:
+            rounds: int = ROUNDS, refit_budget: int | None = None, warmup: int = WARMUP
+            ) -> Timing:
     """Seconds per decision; steady and idle are the best of ``rounds`` (the
     machine is shared, so single timings are noisy)."""
     options = {}
@@ -118,15 +122,22 @@ def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[LossHistory]
     catch_up = time.perf_counter() - t0
     las = make_policy("las")
     steady, idle, las_steady, deferred = [], [], [], 0
-    for r in range(rounds):
-        queue.report(grants, now=101.0 + r)
-        snap = queue.snapshot(now=101.0 + r)
+    for r in range(warmup + rounds):
+        # A tenth of a second a round: every job stays within the wait
+        # bounds, so the guards do not reorder what is timed.
+        now = 101.0 + 0.1 * r
+        queue.report(grants, now=now)
+        snap = queue.snapshot(now=now)
         t0 = time.perf_counter()
         las.allocate(snap)
-        las_steady.append(time.perf_counter() - t0)
+        las_time = time.perf_counter() - t0
         t0 = time.perf_counter()
         grants = policy.allocate(snap)
-        steady.append(time.perf_counter() - t0)
+        policy_time = time.perf_counter() - t0
+        if r < warmup:
+            continue
+        las_steady.append(las_time)
+        steady.append(policy_time)
         if isinstance(predictor, LossPredictor):
             deferred = max(deferred, predictor.deferred)
         t0 = time.perf_counter()
@@ -144,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="slaq's refit budget per decision (default: the predictor's)")
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help="steady rounds per case; steady and idle are the best of them")
+    parser.add_argument("--warmup", type=int, default=WARMUP,
+                        help="untimed rounds before the steady ones")
     args = parser.parse_args(argv)
-    shapes = curves(HISTORY + 10 * (args.rounds + 1))
+    shapes = curves(HISTORY + 10 * (args.warmup + args.rounds + 1))
     print(f"{'policy':<13}{'budget':>7}{'jobs':>7}{'slots':>7}{'cold ms':>10}"
           f"{'catch-up':>14}{'steady ms':>11}{'deferred':>10}{'idle ms':>9}"
           f"{'refit/job ms':>14}{'steady/las':>12}")
@@ -154,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.policies:
                 budgets = args.refit_budget if name == "slaq" else [None]
                 for budget in budgets:
-                    t = measure(name, n, s, shapes, args.rounds, refit_budget=budget)
+                    t = measure(name, n, s, shapes, args.rounds, refit_budget=budget,
+                                warmup=args.warmup)
                     per = 1000 * t.catch_up / n if t.catch_up_calls else math.nan
                     label = "-" if name != "slaq" else str(budget or PredictorConfig().refit_budget)
                     catch = f"{t.catch_up_calls} / {t.catch_up:.1f}s" if t.catch_up_calls else "-"

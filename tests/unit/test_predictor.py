@@ -180,6 +180,23 @@ def test_refit_budget_fits_new_jobs_first_then_the_oldest_fits() -> None:
     assert predictor.deferred == 1
 
 
+def test_a_job_left_on_an_older_fit_is_refitted_later_without_being_handed_over() -> None:
+    predictor = LossPredictor(PredictorConfig(refit_budget=1))
+    f = CURVES["exp"]
+    predictor.fit_many([view(f, 40, job_id=1)])
+    predictor.fit_many([view(f, 40, job_id=2)])
+    # Both report points; the one refit goes to job 1, the older fit.
+    fits = predictor.fit_many([view(f, 60, job_id=1), view(f, 60, job_id=2)])
+    assert [fit.key[0] for fit in fits] == [60, 40]
+    assert predictor.deferred == 1 and not predictor.refreshed
+    # A caller that hands over only changed jobs hands over none now.
+    assert predictor.fit_many([]) == []
+    assert predictor.deferred == 0
+    assert [(job_id, fit.key[0]) for job_id, fit in predictor.refreshed.items()] == [(2, 60)]
+    predictor.fit_many([])
+    assert not predictor.refreshed, "refreshed is per call"
+
+
 def test_jobs_beyond_the_budget_on_a_cold_start_are_pending_until_fitted() -> None:
     predictor = LossPredictor(PredictorConfig(refit_budget=3))
     jobs = [view(CURVES["inv_lin"], 50, job_id=i) for i in range(7)]

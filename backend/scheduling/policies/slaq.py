@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from typing import NamedTuple
+from itertools import chain, compress
+from operator import attrgetter, not_
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -26,24 +27,30 @@ def planned_iterations(snapshot: Snapshot, job: JobView, fit: CurveFit | None) -
 
 
 class _Scored(NamedTuple):
-    """A job's memoised model score: valid while its fit, newest iteration,
-    remaining iterations and the chunk length are the ones it was computed for.
+    """A job's memoised model score: valid while its fit, newest iteration and
+    remaining iterations are the ones it was computed for (the memo is
+    emptied when the chunk length changes).
 
-    ``view`` is the job view it was computed from and ``current`` whether its
-    fit was made from that view's history: the live scheduler and the
-    simulator hand over the same view object until the job changes, so for
-    most of 10,000 jobs one identity check says the score still holds."""
+    ``view`` is the job view it was computed from (``None`` while the job
+    waits for its first fit): the live scheduler and the simulator hand over
+    the same view object until the job changes, so for most of 10,000 jobs
+    one identity check says the score still holds. A score made from a fit
+    the refit budget kept is redone when the predictor refits the job
+    (``LossPredictor.refreshed``)."""
 
-    view: JobView
-    current: bool
+    view: JobView | None
     fit: CurveFit
     remaining: int
-    chunk: float
     newest: int
     n: int
     rate: float
     weight: float
     point: float
+
+
+_RATE = attrgetter("rate")
+_WEIGHT = attrgetter("weight")
+_ATTAINED = attrgetter("attained_seconds")
 
 
 def total_drops(initial: np.ndarray, shown: np.ndarray, floor: np.ndarray, cap: float
@@ -185,6 +192,7 @@ class SlaqPolicy:
     error_floor: float = 0.03
     predictor: LossPredictor = field(default_factory=LossPredictor)
     _memo: dict[int, _Scored] = field(default_factory=dict)
+    _memo_chunk: float | None = None
 
     def allocate(self, snapshot: Snapshot) -> list[Grant]:
         if snapshot.free_slots <= 0:
@@ -193,15 +201,16 @@ class SlaqPolicy:
         if not overdue and not behind and not rest:
             return []
         self._forget_finished(snapshot)
-        known, rates, blends, new = self._scored(snapshot, rest)
+        known, scored, new = self._scored(snapshot, rest)
         warm = self._warmup(snapshot, new)
         warm_ids = {job.job_id for job, _, _ in warm}
         unseen = [job for job in new if job.job_id not in warm_ids]
         ranked = known + unseen
         # One array pass over thousands of jobs; only the model part is memoised
         # (the LAS part changes with every job's service).
-        rate, blend = np.array(rates), np.array(blends)
-        attained = np.fromiter((job.attained_seconds for job in known), float, len(known))
+        rate = np.fromiter(map(_RATE, scored), float, len(scored))
+        blend = np.fromiter(map(_WEIGHT, scored), float, len(scored))
+        attained = np.fromiter(map(_ATTAINED, known), float, len(known))
         las = self.new_job_gain / (attained + snapshot.chunk_seconds)
         scores = np.concatenate((
             (1 - blend) * rate + blend * las,
@@ -213,64 +222,70 @@ class SlaqPolicy:
         return fill_slots(snapshot, chain(overdue, behind, warm, self._explained(ordered)))
 
     def _scored(self, snapshot: Snapshot, jobs: list[JobView]
-                ) -> tuple[list[JobView], list[float], list[float], list[JobView]]:
-        """Jobs with a usable fit, their memoised lookahead index and LAS
-        weight, and the new jobs (no curve to extrapolate yet). Only jobs
-        whose history, remaining iterations or chunk length changed are looked
-        at again."""
-        memo = self._memo
+                ) -> tuple[list[JobView], list[_Scored], list[JobView]]:
+        """Jobs with a usable fit and their memoised scores (lookahead index and
+        LAS weight), and the new jobs (no curve to extrapolate yet). Only jobs
+        whose history or remaining iterations changed are looked at again."""
         chunk = snapshot.chunk_seconds
-        known: list[JobView] = []
-        rates: list[float] = []
-        blends: list[float] = []
+        if chunk != self._memo_chunk:
+            # Every score is per chunk length: a new length rescores every job.
+            self._memo.clear()
+            self._memo_chunk = chunk
+        memo = self._memo
+        entries = list(map(memo.get, [job.job_id for job in jobs]))
+        # Most of 10,000 jobs are the very view their score was made from:
+        # one identity test each, and the rest of the sorting in C.
+        hit = [entry is not None and entry.view is job
+               for entry, job in zip(entries, jobs, strict=True)]
+        known = list(compress(jobs, hit))
+        scored = cast(list[_Scored], list(compress(entries, hit)))  # hits are not None
+        miss = list(map(not_, hit))
         new: list[JobView] = []
         changed: list[JobView] = []
-        for job in jobs:
-            entry = memo.get(job.job_id)
-            # Most of 10,000 jobs take this branch, so it is tested first.
-            if entry is not None and entry.view is job and entry.current and entry.chunk == chunk:
-                known.append(job)
-                rates.append(entry.rate)
-                blends.append(entry.weight)
-                continue
+        for job, entry in zip(compress(jobs, miss), compress(entries, miss), strict=True):
             history = job.history
             if not history.size:
                 new.append(job)
-                continue
-            if entry is not None and entry.chunk == chunk \
-                    and entry.remaining == job.max_iterations - job.iterations_done \
+            elif entry is not None and entry.remaining == job.max_iterations - job.iterations_done \
                     and entry.fit.key == (history.newest_iteration, history.size):
-                entry = memo[job.job_id] = entry._replace(view=job, current=True)
+                memo[job.job_id] = entry = entry._replace(view=job)
                 known.append(job)
-                rates.append(entry.rate)
-                blends.append(entry.weight)
+                scored.append(entry)
             else:
                 changed.append(job)
+        fits = self.predictor.fit_many(changed)
         rescore: list[tuple[JobView, CurveFit]] = []
-        for job, fit in zip(changed, self.predictor.fit_many(changed), strict=True):
+        refreshed = self.predictor.refreshed
+        if refreshed:
+            # Refitted now though unchanged since their score was made.
+            keep = [job.job_id not in refreshed for job in known]
+            rescore = [(job, refreshed[job.job_id]) for job in compress(known, map(not_, keep))]
+            known, scored = list(compress(known, keep)), list(compress(scored, keep))
+        for job, fit in zip(changed, fits, strict=True):
             if not fit.known:
                 new.append(job)
                 continue
             entry = memo.get(job.job_id)
             remaining = job.max_iterations - job.iterations_done
             if entry is None or entry.fit is not fit or entry.remaining != remaining \
-                    or entry.chunk != chunk or entry.newest != job.history.newest_iteration:
+                    or entry.newest != job.history.newest_iteration:
                 if not fit.pending:
                     rescore.append((job, fit))
                     continue
-                # Nothing known of its curve yet: least attained service, fully.
+                # Nothing known of its curve yet: least attained service, fully
+                # (no view, so it is handed to the predictor again).
                 entry = memo[job.job_id] = _Scored(
-                    job, False, fit, remaining, chunk, job.history.newest_iteration,
+                    None, fit, remaining, job.history.newest_iteration,
                     planned_iterations(snapshot, job, fit), 0.0, 1.0, 0.0)
+            elif not fit.pending:
+                memo[job.job_id] = entry = entry._replace(view=job)
             known.append(job)
-            rates.append(entry.rate)
-            blends.append(entry.weight)
+            scored.append(entry)
         for (job, _), entry in zip(rescore, self._entries(snapshot, rescore), strict=True):
             memo[job.job_id] = entry
             known.append(job)
-            rates.append(entry.rate)
-            blends.append(entry.weight)
-        return known, rates, blends, new
+            scored.append(entry)
+        return known, scored, new
 
     def _score(self, snapshot: Snapshot, job: JobView, fit: CurveFit) -> float:
         """One job's index blended with LAS, per slot-second (before its tenant's weight)."""
@@ -321,10 +336,8 @@ class SlaqPolicy:
         out = []
         for (job, fit), k, rate, w, gain in zip(items, n.tolist(), index.tolist(),
                                                weight.tolist(), point.tolist(), strict=True):
-            history = job.history
-            out.append(_Scored(job, fit.key == (history.newest_iteration, history.size), fit,
-                               job.max_iterations - job.iterations_done, chunk,
-                               history.newest_iteration, k, rate, w, gain))
+            out.append(_Scored(job, fit, job.max_iterations - job.iterations_done,
+                               job.history.newest_iteration, k, rate, w, gain))
         return out
 
     def _warmup(self, snapshot: Snapshot, new: list[JobView]) -> list[Ranked]:
