@@ -5,11 +5,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from statistics import NormalDist
 
 import numpy as np
 import pytest
 
-from backend.scheduling.predictor import GEOMETRIC, LossPredictor, PredictorConfig, predict_curve
+from backend.scheduling.predictor import (
+    BAND_COVERAGE,
+    GEOMETRIC,
+    LossPredictor,
+    PredictorConfig,
+    predict_curve,
+)
 from backend.scheduling.types import JobView, LossPoint
 
 
@@ -253,6 +260,8 @@ def test_a_young_job_borrows_the_other_jobs_calibration() -> None:
     newcomer = view(CURVES["inv_lin"], 60, job_id=2)
     borrowed = predictor.fit(newcomer)
     alone = LossPredictor().fit(newcomer)
-    assert alone.z == 1.0, "nothing to calibrate on: the model's own band"
+    prior = NormalDist().inv_cdf((1 + BAND_COVERAGE) / 2)
+    assert alone.z == pytest.approx(prior), "nothing to calibrate on: a normal error's quantile"
+    assert borrowed.z != pytest.approx(prior), "calibrated on the other jobs' misses instead"
     assert borrowed.z > 1.2, "the wobbling job's misses widen a newcomer's band"
     assert own.z > 1.2
