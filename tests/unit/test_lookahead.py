@@ -4,6 +4,7 @@ the lookahead oracle, on literal curves."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from backend.scheduling.guards import ServiceFloor, WaitBounds, split_waiting
 from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve
 from backend.scheduling.policies.slaq import SlaqPolicy, best_first, lookahead_rates
-from backend.scheduling.predictor import LossPredictor, PredictorConfig, drop_model
+from backend.scheduling.predictor import CurveFit, LossPredictor, PredictorConfig, drop_model
 from backend.scheduling.simulator import SimConfig, SimJob, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import JobView, LossPoint, Snapshot
@@ -246,6 +247,39 @@ def test_a_job_whose_refit_was_deferred_is_ranked_from_where_it_is_now() -> None
     policy.allocate(Snapshot(now=3.0, free_slots=2, total_slots=2, chunk_seconds=0.5,
                              jobs=[older, other]))
     assert policy.predictor.refits == refits + 1 and policy.predictor.deferred == 0
+
+
+def test_jobs_left_on_older_fits_are_not_handed_to_the_predictor_every_decision() -> None:
+    curve_of = [0.1 + 1.0 / (1 + k / 30) for k in range(1, 301)]
+    handed: list[int] = []
+
+    class Counting(LossPredictor):
+        def fit_many(self, jobs: Sequence[JobView]) -> list[CurveFit]:
+            handed.append(len(jobs))
+            return super().fit_many(jobs)
+
+    predictor = Counting(PredictorConfig(refit_budget=1))
+    policy = SlaqPolicy(floor=None, bounds=None, predictor=predictor)
+    young = [view(i, curve_of[:100], attained=1.0) for i in range(1, 5)]
+
+    def decide(jobs: list[JobView], now: float) -> None:
+        policy.allocate(Snapshot(now=now, free_slots=1, total_slots=5, chunk_seconds=0.5,
+                                 jobs=jobs))
+
+    for now in (1.0, 2.0, 3.0, 4.0):  # a first fit each (the budget is one)
+        decide(young, now)
+    # All four report 100 more points: one is refitted, three keep older fits.
+    older = [view(i, curve_of[:200], attained=2.0) for i in range(1, 5)]
+    handed.clear()
+    decide(older, 5.0)
+    assert predictor.deferred == 3
+    # The same views again: nothing changed, so nothing is handed over, yet
+    # the predictor works through the three, oldest fit first.
+    for now in (6.0, 7.0, 8.0):
+        decide(older, now)
+    assert handed == [4, 0, 0, 0]
+    assert predictor.deferred == 0
+    assert sorted(fit.key[0] for fit in predictor.take_refitted()) == [200] * 4
 
 
 def test_on_a_cold_start_unfitted_jobs_wait_by_attained_service() -> None:
