@@ -3,7 +3,13 @@
 * ``avg_norm_loss``: time average, over the span in which any job is active
   (arrived, not finished), of the mean normalised loss of the active jobs. A
   job counts 1 until its first iteration completes; the loss of a job changes
-  as each iteration completes.
+  as each iteration completes. (The SLAQ paper's measure.)
+* :func:`arrived_norm_loss`: the same over every job that has arrived, a
+  finished one at its final normalised loss, from the first arrival to the
+  last finish. The paper's measure drops a job from the average when it
+  finishes, so a converged job kept waiting (its loss near 0) lowers it and
+  finishing that job raises it; this one does not move when a job finishes,
+  so it does not reward holding converged jobs back.
 * ``tXX_mean`` / ``t90_p95``: seconds from arrival until a job's normalised
   loss first reaches ``1 - XX%`` (it has made XX% of its loss reduction).
 * ``mean_completion``: mean seconds from arrival to finish; ``makespan``:
@@ -51,17 +57,24 @@ def time_to_fraction(job: SimJob, fraction: float) -> float:
     return job.iteration_times[int(reached[0])] - job.arrival
 
 
-def step_series(result: SimResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def step_series(result: SimResult, *, keep_finished: bool = False
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Change points of the active set: ``(times, active count, sum of normalised loss)``
-    holding from each time to the next."""
+    holding from each time to the next; with ``keep_finished`` a finished job
+    stays in the set at its final normalised loss (the last time is the last
+    finish)."""
     times, dcount, dsum = [], [], []
     for job in result.jobs:
         if job.finish is None:
             raise ValueError(f"job {job.job_id} did not finish")
         norm = normalised_losses(job)
         times += [job.arrival, job.finish]
-        dcount += [1.0, -1.0]
-        dsum += [1.0, -float(norm[-1]) if norm.size else -1.0]
+        if keep_finished:
+            dcount += [1.0, 0.0]
+            dsum += [1.0, 0.0]
+        else:
+            dcount += [1.0, -1.0]
+            dsum += [1.0, -float(norm[-1]) if norm.size else -1.0]
         if norm.size:
             times.extend(job.iteration_times)
             dcount.extend([0.0] * norm.size)
@@ -71,13 +84,22 @@ def step_series(result: SimResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return t[order], np.cumsum(np.asarray(dcount)[order]), np.cumsum(np.asarray(dsum)[order])
 
 
-def figures(result: SimResult) -> Figures:
-    t, count, total = step_series(result)
+def _time_average(t: np.ndarray, count: np.ndarray, total: np.ndarray) -> float:
+    """Time average of ``total / count`` over the spans where ``count`` > 0."""
     widths = np.diff(t)
     busy = count[:-1] > 0.5
     mean = np.divide(total[:-1], count[:-1], out=np.zeros_like(widths), where=busy)
     busy_time = float(widths[busy].sum())
-    avg = float((mean * widths)[busy].sum() / busy_time) if busy_time > 0 else 0.0
+    return float((mean * widths)[busy].sum() / busy_time) if busy_time > 0 else 0.0
+
+
+def arrived_norm_loss(result: SimResult) -> float:
+    """Time-averaged mean normalised loss of every arrived job (module docstring)."""
+    return _time_average(*step_series(result, keep_finished=True))
+
+
+def figures(result: SimResult) -> Figures:
+    avg = _time_average(*step_series(result))
     t90 = np.array([time_to_fraction(j, 0.90) for j in result.jobs])
     t95 = np.array([time_to_fraction(j, 0.95) for j in result.jobs])
     t99 = np.array([time_to_fraction(j, 0.99) for j in result.jobs])

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend.scheduling.metrics import figures
-from backend.scheduling.simulator import SimConfig, build_policy, simulate
+from backend.scheduling.metrics import arrived_norm_loss, figures
+from backend.scheduling.simulator import SimConfig, SimJob, SimResult, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve, load_trace, save_trace
 from backend.scheduling.types import Grant, Snapshot
 from backend.scheduling.workload import Arrival, generate_workload
@@ -101,6 +101,19 @@ def test_normalised_loss_and_time_to_fraction() -> None:
     assert fig.t90_mean == 4.0 and fig.t95_mean == 4.0 and fig.t99_mean == 5.0
     assert fig.mean_completion == 5.0
     assert fig.avg_norm_loss == pytest.approx((1 + 1 + 0.5 + 0.2 + 0.05) / 5)
+
+
+def test_a_finished_job_leaves_the_papers_average_but_not_the_arrived_jobs_one() -> None:
+    curve = TraceCurve(id="c", losses=(1.0, 0.5, 0.0), seconds=(1.0,) * 3)
+    # Both arrive at 0; A's iterations end at 1, 2, 3 s (it finishes at 3),
+    # B's at 4, 5, 6 s: normalised 1, 0.5, 0 each.
+    a = SimJob(0, curve, 1, 0.0, iteration_times=[1.0, 2.0, 3.0], finish=3.0)
+    b = SimJob(1, curve, 1, 0.0, iteration_times=[4.0, 5.0, 6.0], finish=6.0)
+    result = SimResult(policy="fifo", jobs=[a, b], decisions=2, decision_seconds=0.0, grants=2)
+    # Per second: both 1, 1, then 0.5 and 1; then B alone 1, 1, 0.5 (A has left) ...
+    assert figures(result).avg_norm_loss == pytest.approx((1 + 1 + 0.75 + 1 + 1 + 0.5) / 6)
+    # ... or with A still counted at 0: 0.5, 0.5, 0.25.
+    assert arrived_norm_loss(result) == pytest.approx((1 + 1 + 0.75 + 0.5 + 0.5 + 0.25) / 6)
 
 
 def test_trace_round_trip(tmp_path: Path) -> None:
