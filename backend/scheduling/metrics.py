@@ -4,7 +4,7 @@
   (arrived, not finished), of the mean normalised loss of the active jobs. A
   job counts 1 until its first iteration completes; the loss of a job changes
   as each iteration completes. (The SLAQ paper's measure.)
-* :func:`arrived_norm_loss`: the same over every job that has arrived, a
+* ``arrived_norm_loss``: the same over every job that has arrived, a
   finished one at its final normalised loss, from the first arrival to the
   last finish. The paper's measure drops a job from the average when it
   finishes, so a converged job kept waiting (its loss near 0) lowers it and
@@ -28,6 +28,7 @@ from backend.scheduling.simulator import SimJob, SimResult
 @dataclass(frozen=True)
 class Figures:
     avg_norm_loss: float
+    arrived_norm_loss: float
     t90_mean: float
     t95_mean: float
     t99_mean: float
@@ -93,20 +94,17 @@ def _time_average(t: np.ndarray, count: np.ndarray, total: np.ndarray) -> float:
     return float((mean * widths)[busy].sum() / busy_time) if busy_time > 0 else 0.0
 
 
-def arrived_norm_loss(result: SimResult) -> float:
-    """Time-averaged mean normalised loss of every arrived job (module docstring)."""
-    return _time_average(*step_series(result, keep_finished=True))
-
-
 def figures(result: SimResult) -> Figures:
     avg = _time_average(*step_series(result))
+    arrived = _time_average(*step_series(result, keep_finished=True))
     t90 = np.array([time_to_fraction(j, 0.90) for j in result.jobs])
     t95 = np.array([time_to_fraction(j, 0.95) for j in result.jobs])
     t99 = np.array([time_to_fraction(j, 0.99) for j in result.jobs])
     completion = np.array([j.finish - j.arrival for j in result.jobs if j.finish is not None])
     makespan = max(j.finish or 0.0 for j in result.jobs) - min(j.arrival for j in result.jobs)
     return Figures(
-        avg_norm_loss=avg, t90_mean=float(t90.mean()), t95_mean=float(t95.mean()),
+        avg_norm_loss=avg, arrived_norm_loss=arrived,
+        t90_mean=float(t90.mean()), t95_mean=float(t95.mean()),
         t99_mean=float(t99.mean()), t90_p95=float(np.percentile(t90, 95)),
         mean_completion=float(completion.mean()), makespan=float(makespan),
     )

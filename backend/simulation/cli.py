@@ -52,11 +52,12 @@ def run_policies(
 
 def _table(runs: dict[str, tuple[SimResult, Figures]]) -> str:
     keys = list(Figures.__dataclass_fields__)
-    head = f"{'policy':<13}" + "".join(f"{k:>16}" for k in keys) + f"{'ms/decision':>13}"
+    width = max(16, *(len(k) + 2 for k in keys))
+    head = f"{'policy':<13}" + "".join(f"{k:>{width}}" for k in keys) + f"{'ms/decision':>13}"
     lines = [head, "-" * len(head)]
     for name, (result, fig) in runs.items():
         ms = 1000 * result.decision_seconds / max(result.decisions, 1)
-        lines.append(f"{name:<13}" + "".join(f"{getattr(fig, k):>16.4g}" for k in keys)
+        lines.append(f"{name:<13}" + "".join(f"{getattr(fig, k):>{width}.4g}" for k in keys)
                      + f"{ms:>13.3f}")
     return "\n".join(lines)
 

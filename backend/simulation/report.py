@@ -19,6 +19,7 @@ from backend.scheduling.simulator import SimResult
 
 FIGURE_LABELS: dict[str, str] = {
     "avg_norm_loss": "avg normalised loss",
+    "arrived_norm_loss": "avg normalised loss, all jobs",
     "t90_mean": "time to 90% (s)",
     "t95_mean": "time to 95% (s)",
     "t99_mean": "time to 99% (s)",

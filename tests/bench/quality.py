@@ -18,7 +18,7 @@ completion time, as slaq's change against ``fair`` and ``las`` (positive =
 slaq better) and its gap to ``oracle`` (positive = slaq worse). ``avg``
 is the paper's measure over the active jobs; ``arrived`` the same over
 every arrived job, finished ones at their final loss
-(:func:`~backend.scheduling.metrics.arrived_norm_loss`), which does not
+(``Figures.arrived_norm_loss``), which does not
 reward keeping converged jobs waiting. Synthetic
 traces are also broken down per curve shape (time to 95% and completion of
 the jobs of that shape in the same runs).
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backend.scheduling.metrics import Figures, arrived_norm_loss, figures, time_to_fraction
+from backend.scheduling.metrics import Figures, figures, time_to_fraction
 from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
 from backend.scheduling.synthetic import shape_of, synthetic_trace
 from backend.scheduling.trace import Trace, load_trace
@@ -46,7 +46,7 @@ SLOTS = (2, 4)
 LOADS = (1.2, 2.0)
 CHUNKS = (0.1, 1.0)
 POLICIES = ("fair", "las", "slaq", "oracle")
-KEYS = [*Figures.__dataclass_fields__, "arrived_norm_loss"]
+KEYS = list(Figures.__dataclass_fields__)
 HEADLINE = ("avg_norm_loss", "arrived_norm_loss", "t95_mean", "mean_completion")
 
 Cell = tuple[str, int, float, float]  # trace, slots, load, chunk seconds
@@ -82,9 +82,7 @@ def run_cell(args: tuple[str, int, float, float, int, tuple[str, ...]]
     out: dict[str, dict[str, object]] = {}
     for policy in policies:
         result = simulate(build_policy(policy, trace, arrivals), trace, arrivals, config)
-        out[policy] = {"figures": {**figures(result).as_dict(),
-                                   "arrived_norm_loss": arrived_norm_loss(result)},
-                       "shapes": per_shape(result)}
+        out[policy] = {"figures": figures(result).as_dict(), "shapes": per_shape(result)}
     return out
 
 

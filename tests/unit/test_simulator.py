@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend.scheduling.metrics import arrived_norm_loss, figures
+from backend.scheduling.metrics import figures
 from backend.scheduling.simulator import SimConfig, SimJob, SimResult, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve, load_trace, save_trace
 from backend.scheduling.types import Grant, Snapshot
@@ -113,7 +113,7 @@ def test_a_finished_job_leaves_the_papers_average_but_not_the_arrived_jobs_one()
     # Per second: both 1, 1, then 0.5 and 1; then B alone 1, 1, 0.5 (A has left) ...
     assert figures(result).avg_norm_loss == pytest.approx((1 + 1 + 0.75 + 1 + 1 + 0.5) / 6)
     # ... or with A still counted at 0: 0.5, 0.5, 0.25.
-    assert arrived_norm_loss(result) == pytest.approx((1 + 1 + 0.75 + 0.5 + 0.5 + 0.25) / 6)
+    assert figures(result).arrived_norm_loss == pytest.approx((1 + 1 + 0.75 + 0.5 + 0.5 + 0.25) / 6)
 
 
 def test_trace_round_trip(tmp_path: Path) -> None:
@@ -158,8 +158,8 @@ def test_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"fair", "slaq", "oracle"}
-    assert set(out["slaq"]) == {"avg_norm_loss", "t90_mean", "t95_mean", "t99_mean",
-                                "t90_p95", "mean_completion", "makespan"}
+    assert set(out["slaq"]) == {"avg_norm_loss", "arrived_norm_loss", "t90_mean", "t95_mean",
+                                "t99_mean", "t90_p95", "mean_completion", "makespan"}
     html = report.read_text()
     assert "plotly" in html.lower() and '<script src="http' not in html
 
