@@ -371,12 +371,24 @@ class UserUpdate(BaseModel):
 class PolicyState(BaseModel):
     active: str
     available: list[str]
+    completion_guard: float = Field(
+        description="The completion-time guard: the share of a round-robin turn every job "
+        "is guaranteed (0 = off, quality first; 1 = as often as round-robin)")
+    guarded: list[str] = Field(description="The policies the completion guard applies to")
 
 
 class PolicyChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: str | None = Field(None, description="The policy to switch to")
+    completion_guard: float | None = Field(
+        None, ge=0, le=1, description="The completion-time guard to set, from 0 (off) to 1")
+
+    @model_validator(mode="after")
+    def _something(self) -> PolicyChange:
+        if self.name is None and self.completion_guard is None:
+            raise ValueError("give the policy's name, its completion_guard, or both")
+        return self
 
 
 class AuditEntry(BaseModel):

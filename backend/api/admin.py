@@ -1,5 +1,5 @@
-"""Administration: tenants and quotas, users and roles, the active policy,
-and the audit log. Platform admins manage everything; tenant admins read
+"""Administration: tenants and quotas, users and roles, the active policy
+and its completion guard, and the audit log. Platform admins manage everything; tenant admins read
 their own tenant."""
 
 from __future__ import annotations
@@ -9,14 +9,19 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col
+from sqlmodel import Session, col
 
 from backend.api.deps import DbId, KeysDep, PlatformAdmin, RedisDep, SessionDep, TenantAdmin
 from backend.core.models import AuditLog, Role, Tenant, User
 from backend.core.notify import wake_scheduler
-from backend.core.portal_settings import active_policy_name, set_active_policy
+from backend.core.portal_settings import (
+    active_policy_name,
+    completion_guard,
+    set_active_policy,
+    set_completion_guard,
+)
 from backend.core.settings import get_settings
-from backend.scheduling.registry import live_policy_names
+from backend.scheduling.registry import GUARDED, live_policy_names
 from backend.schemas import (
     AuditEntry,
     PolicyChange,
@@ -161,26 +166,42 @@ def update_user(user_id: DbId, body: UserUpdate, session: SessionDep,
 
 @router.get("/policy", response_model=PolicyState)
 def get_policy(session: SessionDep, _scope: TenantAdmin) -> PolicyState:
-    """The scheduling policy in force and the ones to choose from."""
-    return PolicyState(active=active_policy_name(session, get_settings().policy),
-                       available=live_policy_names())
+    """The scheduling policy in force, its completion guard and the policies to choose from."""
+    return _policy_state(session)
 
 
 @router.put("/policy", response_model=PolicyState)
 def change_policy(body: PolicyChange, session: SessionDep, scope: PlatformAdmin,
                   client: RedisDep, keys: KeysDep) -> PolicyState:
-    """Switch the live scheduler's policy; it applies from the next round."""
+    """Switch the live scheduler's policy, its completion guard or both; they
+    apply from the next round."""
+    settings = get_settings()
     available = live_policy_names()
-    if body.name not in available:
+    if body.name is not None and body.name not in available:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, [{
             "loc": ["body", "name"], "type": "value_error",
             "msg": f"unknown policy {body.name!r}; choose one of {', '.join(available)}"}])
-    before = active_policy_name(session, get_settings().policy)
-    audit.record(session, actor=scope.user, action="policy.change", target=body.name,
-                 before=before)
-    set_active_policy(session, body.name)
+    # Only what changes is written and audited: the page sends both fields.
+    before = active_policy_name(session, settings.policy)
+    if body.name is not None and body.name != before:
+        audit.record(session, actor=scope.user, action="policy.change", target=body.name,
+                     before=before)
+        set_active_policy(session, body.name)
+    before_guard = completion_guard(session, settings.completion_guard)
+    if body.completion_guard is not None and body.completion_guard != before_guard:
+        audit.record(session, actor=scope.user, action="policy.completion_guard",
+                     target=f"{body.completion_guard:g}", before=f"{before_guard:g}")
+        set_completion_guard(session, body.completion_guard)
     wake_scheduler(client, keys, "policy")
-    return PolicyState(active=body.name, available=available)
+    return _policy_state(session)
+
+
+def _policy_state(session: Session) -> PolicyState:
+    settings = get_settings()
+    return PolicyState(active=active_policy_name(session, settings.policy),
+                       available=live_policy_names(),
+                       completion_guard=completion_guard(session, settings.completion_guard),
+                       guarded=sorted(GUARDED & set(live_policy_names())))
 
 
 @router.get("/audit", response_model=list[AuditEntry])

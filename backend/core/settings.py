@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     scheduler_standby_poll_seconds: float = Field(
         0.25, gt=0, description="How often a standby scheduler tries to take the lock")
     policy: str = Field("slaq", description="Active scheduling policy at first start")
+    completion_guard: float = Field(
+        0.25, ge=0, le=1,
+        description="slaq's completion-time guard at first start: the share of a round-robin "
+        "turn every job is guaranteed (0 off: quality first; 1: as often as round-robin, "
+        "mean completion near fair). A platform admin changes it on the admin page")
     max_iterations_limit: int = Field(1_000_000, ge=1, description="Hard cap on any job")
     checkpoint_dir: Path | None = None
     task_time_limit: int = Field(300, ge=1, description="Hard Celery time limit per chunk")

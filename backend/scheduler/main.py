@@ -41,6 +41,7 @@ def make_scheduler(owner: str = "", may_grant: Callable[[], bool] = lambda: True
     return Scheduler(engine=get_engine(), client=get_redis(), keys=get_keys(), send=send,
                      chunk_seconds=settings.chunk_seconds, lease_seconds=settings.lease_seconds,
                      default_policy=settings.policy,
+                     default_completion_guard=settings.completion_guard,
                      default_chunk_iterations=settings.default_chunk_iterations,
                      owner=owner, may_grant=may_grant)
 

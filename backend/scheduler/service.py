@@ -35,7 +35,7 @@ from backend.core.leases import Heartbeats, Leases
 from backend.core.models import Decision, Job, JobStatus, Tenant, utcnow
 from backend.core.notify import publish_job_event
 from backend.core.pools import DEFAULT_POOL
-from backend.core.portal_settings import active_policy_name
+from backend.core.portal_settings import active_policy_name, completion_guard
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.experiment_stopping import ExperimentStopper
 from backend.scheduler.history import HistoryCache
@@ -53,7 +53,7 @@ from backend.scheduling.explain import (
 from backend.scheduling.placement import place, waiting_for_pools
 from backend.scheduling.policies.slaq import SWEEP_WARMUP_SHARE, WARMUP_SHARE
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
-from backend.scheduling.registry import make_policy
+from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, make_policy
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,9 @@ HELD_BACK_EXPLAINED = 1000
 ROUNDS_KEPT = 200
 # Chunks whose wall time (dispatch to lease gone) the wait estimates average.
 CHUNK_TIMES_KEPT = 50
+
+Choice = tuple[str, float]
+"""The admin's choice in force: the policy's name and its completion guard."""
 
 
 class ChunkSender(Protocol):
@@ -90,6 +93,7 @@ class Scheduler:
     def __init__(self, *, engine: Engine, client: redis.Redis, keys: RedisKeys,
                  send: ChunkSender, chunk_seconds: float, lease_seconds: float,
                  default_policy: str, default_chunk_iterations: int = 10,
+                 default_completion_guard: float = DEFAULT_COMPLETION_GUARD,
                  owner: str = "", may_grant: Callable[[], bool] = lambda: True) -> None:
         self.engine = engine
         self.redis = client
@@ -98,6 +102,7 @@ class Scheduler:
         self.chunk_seconds = chunk_seconds
         self.lease_seconds = lease_seconds
         self.default_policy = default_policy
+        self.default_completion_guard = default_completion_guard
         self.default_chunk_iterations = default_chunk_iterations
         self.owner = owner
         # Asked before every grant: false once this process may no longer be
@@ -110,10 +115,11 @@ class Scheduler:
         # Fits the chart for policies that keep no predictor of their own.
         self.predictor = LossPredictor()
         self._policy: Policy | None = None
+        self._policy_basis: Choice | None = None
         self._explained_at = float("-inf")
         self._explain_cost = 0.0
         self._backlog: list[Grant] = []
-        self._backlog_basis: tuple[str, dict[int, TenantView], int] | None = None
+        self._backlog_basis: tuple[Choice, dict[int, TenantView], int] | None = None
         self._held_back: list[int] = []
         self.recorder = HistoryRecorder(client, keys)
         self.stopper = ExperimentStopper(client, keys)
@@ -130,13 +136,17 @@ class Scheduler:
             self.state = JobState(self.redis, self.keys)
             self._backlog = []
 
-    def policy(self, name: str) -> Policy:
-        # One instance across rounds, so a policy may memoise its fits. Its
+    def policy(self, name: str, completion_guard: float | None = None) -> Policy:
+        # One instance across rounds, so a policy may memoise its fits; a new
+        # one when the admin changes the policy or its completion guard. Its
         # reasons name the metric of jobs scheduled on val_loss; the state is
         # looked up per grant, as stand_by replaces it.
-        if self._policy is None or self._policy.name != name:
-            self._policy = MetricNamedPolicy(make_policy(name),
+        guard = self.default_completion_guard if completion_guard is None else completion_guard
+        choice = (name, guard)
+        if self._policy is None or self._policy_basis != choice:
+            self._policy = MetricNamedPolicy(make_policy(name, completion_guard=guard),
                                              lambda job_id: self.state.metric(job_id))
+            self._policy_basis = choice
         return self._policy
 
     @property
@@ -147,6 +157,7 @@ class Scheduler:
         began = time.perf_counter()
         with Session(self.engine, expire_on_commit=False) as session:
             name = active_policy_name(session, self.default_policy)
+            choice = (name, completion_guard(session, self.default_completion_guard))
             live = self.leases.live_job_ids()
             # Claims before heartbeats: a slot beats before it claims, so a
             # claim listed here names a slot the heartbeats below still show
@@ -157,7 +168,7 @@ class Scheduler:
             self._note_finished_chunks(live)
             tenants = self._tenants(session)
             # Counted in ``live`` from here on, like any chunk in flight.
-            early = self._serve_backlog_first(session, name, tenants, live, adverts)
+            early = self._serve_backlog_first(session, choice, tenants, live, adverts)
             live.update(g.job_id for g in early)
             early_ms = (time.perf_counter() - began) * 1000
             reclaimed = self._reclaim_lost(session, live, claims, alive)
@@ -176,8 +187,8 @@ class Scheduler:
                                 chunk_seconds=self.chunk_seconds, jobs=views, tenants=tenants,
                                 default_chunk_iterations=self.default_chunk_iterations,
                                 pools=pools)
-            policy = self.policy(name)
-            if (name, tenants, self.state.arrivals) != self._backlog_basis:
+            policy = self.policy(*choice)
+            if (choice, tenants, self.state.arrivals) != self._backlog_basis:
                 # Ranked under another policy or other quotas, or before a job
                 # arrived that might outrank it all.
                 self._backlog = []
@@ -210,7 +221,7 @@ class Scheduler:
             # the policy would make are the backlog the next freed slot takes.
             self._backlog = self._focused(
                 snapshot, policy.allocate(replace(snapshot, free_slots=BACKLOG_LENGTH)))
-            self._backlog_basis = (name, tenants, self.state.arrivals)
+            self._backlog_basis = (choice, tenants, self.state.arrivals)
             self._explain(policy, snapshot, {g.job_id for g in dispatched})
             if self.may_grant():
                 self._publish_status(name, slots, free, len(self.state.rows), dispatched,
@@ -237,19 +248,20 @@ class Scheduler:
         return {int(t): TenantView(int(t), int(m), float(w), dict(p or {}))
                 for t, m, w, p in rows}
 
-    def _serve_backlog_first(self, session: Session, name: str, tenants: dict[int, TenantView],
-                             live: set[int], adverts: dict[str, Any]) -> list[Grant]:
+    def _serve_backlog_first(self, session: Session, choice: Choice,
+                             tenants: dict[int, TenantView], live: set[int],
+                             adverts: dict[str, Any]) -> list[Grant]:
         """Give slots freed since the last round the head of the last ranking,
         before the state sync, lost-chunk checks and early-stopping rules.
 
-        Only when that ranking still holds: same policy and quotas, and no job
+        Only when that ranking still holds: same policy, guard and quotas, and no job
         has arrived since that it did not know. Its rows may be a round old;
         the dispatch is fenced on the database row (a job paused or cancelled
         since is skipped), and quotas are this round's.
         """
         slots = len(adverts)
         if not self._backlog or slots <= len(live) or \
-                (name, tenants, self.state.arrivals) != self._backlog_basis or \
+                (choice, tenants, self.state.arrivals) != self._backlog_basis or \
                 self.state.arrival_pending():
             return []
         rows = self.state.rows
@@ -263,7 +275,7 @@ class Scheduler:
                             default_chunk_iterations=self.default_chunk_iterations,
                             pools=self.pools.views(session, adverts,
                                                    self._in_flight_by_pool(live)))
-        dispatched, _ = self._grant(session, snapshot, self._from_backlog(snapshot), name)
+        dispatched, _ = self._grant(session, snapshot, self._from_backlog(snapshot), choice[0])
         return dispatched
 
     def _admitted(self, slots: int, live: set[int],

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from backend.scheduling.guards import ServiceFloor
 from backend.scheduling.policies.fair import FairPolicy
 from backend.scheduling.policies.fifo import FifoPolicy
 from backend.scheduling.policies.las import LasPolicy
@@ -40,14 +41,23 @@ SIMULATION_ONLY: frozenset[str] = frozenset({"oracle"})
 DEFAULT_POLICY = "slaq"
 """The policy the live scheduler should start with."""
 
+GUARDED: frozenset[str] = frozenset({"slaq", "oracle"})
+"""Policies with a completion-time guard (their ``floor``, a
+:class:`~backend.scheduling.guards.ServiceFloor`); the others ignore it."""
+
+DEFAULT_COMPLETION_GUARD = ServiceFloor().fraction
+
 
 def live_policy_names() -> list[str]:
     return sorted(name for name in POLICIES if name not in SIMULATION_ONLY)
 
 
-def make_policy(name: str, **options: Any) -> Policy:
+def make_policy(name: str, *, completion_guard: float | None = None, **options: Any) -> Policy:
     """A fresh instance of the named policy; ``KeyError`` names the choices.
 
+    ``completion_guard`` is the service floor's fraction for the policies in
+    ``GUARDED`` (0 turns it off; ``None`` keeps the policy's default); the
+    portal's admins set it, and the other policies have no such guard.
     ``options`` go to the policy's constructor (e.g. ``true_curves`` for
     ``oracle``, ``bounds`` or ``exploration`` for ``slaq``).
     """
@@ -55,4 +65,6 @@ def make_policy(name: str, **options: Any) -> Policy:
         factory = POLICIES[name]
     except KeyError:
         raise KeyError(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}") from None
+    if completion_guard is not None and name in GUARDED:
+        options = {"floor": ServiceFloor(fraction=completion_guard), **options}
     return factory(**options)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -105,7 +105,7 @@ def measure(policy_name: str, n_jobs: int, slots: int, shapes: list[LossHistory]
             ) -> Timing:
     """Seconds per decision; steady and idle are the best of ``rounds`` (the
     machine is shared, so single timings are noisy)."""
-    options = {}
+    options: dict[str, Any] = {}
     if refit_budget is not None and policy_name == "slaq":
         options["predictor"] = LossPredictor(PredictorConfig(refit_budget=refit_budget))
     policy: Policy = make_policy(policy_name, **options)

@@ -80,6 +80,28 @@ def test_admin_changes_the_active_policy(
     expect(current).to_have_text("fair")
 
 
+def test_admin_sets_the_completion_guard(
+        page: Page, accounts: Callable[..., Account], browser_portal: Portal) -> None:
+    admin = accounts("root@platform.test", tenant="platform", role=Role.platform_admin)
+    sign_in(page, admin, "/admin")
+    guard = page.get_by_test_id("completion-guard")
+    before = guard.inner_text()
+    page.locator("#guard-input").fill("0.6")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.get_by_text("with completion guard 0.6, from its next round")).to_be_visible()
+    expect(guard).to_have_text("0.6")
+    expect(page.locator("#policy")).to_contain_text("at least 60% as often as round-robin")
+    screenshot(page, "admin-completion-guard")
+    with api_client(browser_portal, admin) as api:
+        assert api.get("/api/v1/admin/policy").json()["completion_guard"] == 0.6
+        entries = api.get("/api/v1/admin/audit").json()
+        assert any(e["action"] == "policy.completion_guard" and e["target"] == "0.6"
+                   for e in entries), entries
+    page.locator("#guard-input").fill(before)
+    page.get_by_role("button", name="Apply").click()
+    expect(guard).to_have_text(before)
+
+
 def test_tenant_admin_sees_their_usage_read_only(
         page: Page, accounts: Callable[..., Account]) -> None:
     tenant_admin = accounts("tara@team-a.test", tenant="team-a", role=Role.tenant_admin)
@@ -88,7 +110,8 @@ def test_tenant_admin_sees_their_usage_read_only(
     expect(page.locator("#tenants-table")).to_contain_text("team-a")
     expect(page.get_by_role("button", name=re.compile("Edit quotas"))).to_have_count(0)
     expect(page.get_by_label("Choose a policy")).to_have_count(0)
-    expect(page.get_by_text("Only platform admins change it.")).to_be_visible()
+    expect(page.get_by_text("Only platform admins change them.")).to_be_visible()
+    expect(page.get_by_test_id("completion-guard")).to_be_visible()
     expect(page.locator("#users-table")).to_contain_text("tara@team-a.test")
 
 

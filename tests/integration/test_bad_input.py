@@ -92,3 +92,44 @@ def test_non_finite_share_weight_is_a_422_and_changes_nothing(portal: Portal,
         assert "finite" in _field_error(resp, ["body", "share_weight"])
         after = {t["id"]: t for t in admin.get("/api/v1/admin/tenants").json()}
         assert after[target["id"]]["quotas"] == target["quotas"]
+
+
+@pytest.mark.parametrize(("body", "loc", "words"), [
+    ('{"completion_guard": 1.5}', ["body", "completion_guard"], "less than or equal to 1"),
+    ('{"completion_guard": -0.1}', ["body", "completion_guard"], "greater than or equal to 0"),
+    ('{"completion_guard": NaN}', ["body", "completion_guard"], "finite"),
+    ('{"name": "fair", "completion_guard": "lots"}', ["body", "completion_guard"], "number"),
+    ("{}", ["body"], "give the policy's name, its completion_guard, or both"),
+    ('{"name": "nope", "completion_guard": 0.5}', ["body", "name"], "unknown policy"),
+])
+def test_bad_completion_guard_is_a_422_and_changes_nothing(
+        portal: Portal, body: str, loc: list[str], words: str) -> None:
+    token = make_user_token(portal.db_url, tenant="ops", email="root@ops.test",
+                            role=Role.platform_admin)
+    with httpx.Client(base_url=portal.base_url, timeout=30,
+                      headers={"Authorization": f"Bearer {token}"}) as admin:
+        before = admin.get("/api/v1/admin/policy").json()
+        resp = admin.put("/api/v1/admin/policy", content=body.encode(),
+                         headers={"content-type": "application/json"})
+        assert words in _field_error(resp, loc)
+        assert admin.get("/api/v1/admin/policy").json() == before
+
+
+def test_completion_guard_is_set_alone_audited_and_read_back(portal: Portal) -> None:
+    token = make_user_token(portal.db_url, tenant="ops", email="root@ops.test",
+                            role=Role.platform_admin)
+    with httpx.Client(base_url=portal.base_url, timeout=30,
+                      headers={"Authorization": f"Bearer {token}"}) as admin:
+        before = admin.get("/api/v1/admin/policy").json()
+        assert "slaq" in before["guarded"]
+        wanted = 0.7 if before["completion_guard"] != 0.7 else 0.3
+        resp = admin.put("/api/v1/admin/policy", json={"completion_guard": wanted})
+        assert resp.status_code == 200, resp.text
+        after = admin.get("/api/v1/admin/policy").json()
+        assert after == {**before, "completion_guard": wanted}
+        audit = admin.get("/api/v1/admin/audit").json()
+        entry = next(e for e in audit if e["action"] == "policy.completion_guard")
+        assert (entry["target"], entry["details"]["before"]) == (
+            f"{wanted:g}", f"{before['completion_guard']:g}")
+        assert admin.put("/api/v1/admin/policy", json={
+            "completion_guard": before["completion_guard"]}).status_code == 200

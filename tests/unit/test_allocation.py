@@ -17,9 +17,12 @@ from sqlmodel import col, select
 from backend.core.db import engine_for, migrate, session_scope
 from backend.core.leases import Heartbeats
 from backend.core.models import Decision, Job, Role, Tenant
+from backend.core.portal_settings import set_completion_guard
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.service import Scheduler
+from backend.scheduling import registry
 from backend.scheduling.allocation import split_grants
+from backend.scheduling.guards import ServiceFloor
 from backend.scheduling.registry import POLICIES
 from backend.scheduling.types import Grant, JobView, Snapshot, TenantView
 from backend.seed import ensure_tenant, ensure_user
@@ -177,3 +180,28 @@ def test_live_round_dispatches_no_more_than_the_free_slots(live: Live) -> None:
     assert [sent[0] for sent in live.sent] == live.job_ids[:2]
     assert result.rejected == []
     assert live.statuses() == ["running", "running", "queued"]
+
+
+def test_live_rounds_apply_the_admins_completion_guard(
+        live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A guarded policy that notes the service floor each instance is built
+    # with: the round reads the setting from the database, builds a new
+    # instance when it changes and keeps the one it has (and its memo) when not.
+    built: list[float | None] = []
+
+    def probe(floor: ServiceFloor | None = None) -> OverGrant:
+        built.append(None if floor is None else floor.fraction)
+        return OverGrant()
+
+    monkeypatch.setitem(POLICIES, OverGrant.name, probe)
+    monkeypatch.setattr(registry, "GUARDED", frozenset({OverGrant.name}))
+    live.sched.default_completion_guard = 0.25
+    live.sched.run_round()
+    with session_scope(live.sched.engine) as session:
+        set_completion_guard(session, 0.6)
+    live.sched.run_round()
+    live.sched.run_round()
+    with session_scope(live.sched.engine) as session:
+        set_completion_guard(session, 0.0)
+    live.sched.run_round()
+    assert built == [0.25, 0.6, 0.0]

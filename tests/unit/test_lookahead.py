@@ -14,6 +14,7 @@ from backend.scheduling.guards import ServiceFloor, WaitBounds, split_waiting
 from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve
 from backend.scheduling.policies.slaq import SlaqPolicy, best_first, lookahead_rates
 from backend.scheduling.predictor import CurveFit, LossPredictor, PredictorConfig, drop_model
+from backend.scheduling.registry import make_policy
 from backend.scheduling.simulator import SimConfig, SimJob, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import JobView, LossPoint, Snapshot
@@ -183,6 +184,24 @@ def test_service_floor_on_a_snapshot() -> None:
         == [1, 2, 3, 4]
     # The policy serves the floor's job before a better-ranked one.
     assert [g.job_id for g in SlaqPolicy().allocate(s)] == [1]
+
+
+def test_completion_guard_setting_reaches_the_service_floor() -> None:
+    # The admin's setting, through the registry: at 0.5 the flat tail that has
+    # waited longest is served first by the floor; at 0 (off) a job still
+    # falling outranks it; policies without a floor accept and ignore it.
+    starved = view(1, [1.0] + [0.3] * 20, attained=5.0, waiting_since=15.5)
+    s = Snapshot(now=20.0, free_slots=1, total_slots=2, chunk_seconds=1.0,
+                 jobs=[starved, view(2, [1.0, 0.9, 0.8], attained=9.0, waiting_since=16.5),
+                       view(3, [1.0], attained=0.0, waiting_since=19.5),
+                       view(4, [1.0], attained=0.0, waiting_since=19.5)])
+    guarded = make_policy("slaq", completion_guard=0.5).allocate(s)
+    assert [g.job_id for g in guarded] == [1]
+    assert "service floor" in guarded[0].reason
+    off = make_policy("slaq", completion_guard=0.0).allocate(s)
+    assert [g.job_id for g in off] != [1]
+    assert not any("service floor" in g.reason for g in off)
+    assert [g.job_id for g in make_policy("las", completion_guard=0.5).allocate(s)] == [3]
 
 
 def test_oracle_looks_past_a_plateau() -> None:

@@ -1,8 +1,8 @@
 // Admin page. Platform admins: tenants' quotas beside their usage (editable,
 // validated here and by the server), new tenants, users (add, disable), API
-// tokens (revoke), the active policy, the audit log. Tenant admins: their own
-// tenant's quotas and policy read-only, and its users and tokens. Members: a
-// clear "not allowed" (the API answers 403 too).
+// tokens (revoke), the active policy and its completion guard, the audit
+// log. Tenant admins: their own tenant's quotas and policy read-only, and its
+// users and tokens. Members: a clear "not allowed" (the API answers 403 too).
 
 import { api, ApiError, fieldErrors } from "../api.js";
 import { $, clear, formatNumber, formatTime, h, notice } from "../dom.js";
@@ -408,6 +408,13 @@ async function revokeToken(t) {
   loadAudit();
 }
 
+/** What the completion guard trades, in words an operator can choose by. */
+function guardMeaning(fraction) {
+  if (fraction <= 0) return "off: quality first, jobs near convergence may wait long";
+  if (fraction >= 1) return "every job runs as often as round-robin would run it: mean completion near fair sharing";
+  return `every job is served at least ${Math.round(fraction * 100)}% as often as round-robin would serve it`;
+}
+
 async function loadPolicy() {
   const box = $("#policy");
   let policy;
@@ -417,30 +424,44 @@ async function loadPolicy() {
     clear(box, notice("error", `Could not load the policy: ${err.message}`));
     return;
   }
+  const state = () => [
+    h("p", {}, "Active policy: ", h("strong", { "data-testid": "active-policy" }, policy.active), "."),
+    h("p", {}, "Completion guard (", policy.guarded.join(", "), "): ",
+      h("strong", { "data-testid": "completion-guard" }, String(policy.completion_guard)), ", ",
+      guardMeaning(policy.completion_guard), "."),
+  ];
   if (!canEdit) {
-    clear(box, h("p", {}, "Active policy: ", h("strong", { "data-testid": "active-policy" }, policy.active), "."),
-      h("p", { class: "small subtle" }, "Only platform admins change it."));
+    clear(box, state(), h("p", { class: "small subtle" }, "Only platform admins change them."));
     return;
   }
   const select = h("select", { id: "policy-select", name: "name" },
     policy.available.map((p) => h("option", { value: p }, p)));
   select.value = policy.active;
+  const guard = h("input", { id: "guard-input", name: "completion_guard", type: "number", min: "0", max: "1", step: "0.05",
+    required: true, value: String(policy.completion_guard), "aria-describedby": "guard-help" });
   const message = h("div", { "aria-live": "polite" });
+  const current = h("div", {}, state());
   const form = h("form", { id: "policy-form", class: "toolbar" },
     h("div", { class: "field" }, h("label", { for: "policy-select" }, "Choose a policy"), select),
+    h("div", { class: "field" }, h("label", { for: "guard-input" }, "Completion guard"), guard),
     h("button", { type: "submit", class: "btn btn-primary" }, "Apply"));
+  const help = h("p", { class: "small subtle", id: "guard-help" },
+    "The completion guard trades quality for completion time: from 0 (off) to 1. ",
+    "Higher values finish jobs sooner and keep less of slaq's lead on loss; ",
+    "try a value on your own history with the what-if replay below first.");
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     try {
-      const updated = await api("/api/v1/admin/policy", { method: "PUT", body: { name: select.value } });
-      clear(message, notice("success", `The scheduler now uses ${updated.active}, from its next round.`));
-      $("[data-testid=active-policy]").textContent = updated.active;
+      policy = await api("/api/v1/admin/policy", {
+        method: "PUT", body: { name: select.value, completion_guard: Number(guard.value) } });
+      clear(message, notice("success", `The scheduler now uses ${policy.active} with completion guard ${policy.completion_guard}, from its next round.`));
+      clear(current, state());
       loadAudit();
     } catch (err) {
       clear(message, notice("error", `Could not change the policy: ${err.message}`));
     }
   });
-  clear(box, h("p", {}, "Active policy: ", h("strong", { "data-testid": "active-policy" }, policy.active), "."), form, message);
+  clear(box, current, form, help, message);
 }
 
 async function loadAudit() {
