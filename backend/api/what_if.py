@@ -16,8 +16,9 @@ from pydantic import BaseModel, Field, field_validator
 from backend.api.deps import KeysDep, PlatformAdmin, RedisDep, SessionDep
 from backend.core.leases import Heartbeats
 from backend.core.models import utcnow
-from backend.core.portal_settings import active_policy_name
+from backend.core.portal_settings import active_policy_name, completion_guard
 from backend.core.settings import get_settings
+from backend.scheduling.registry import GUARDED
 from backend.services import what_if_runs
 from backend.services.portal_trace import WorkloadTooLarge, check_window
 from backend.services.what_if import (
@@ -41,6 +42,10 @@ class WhatIfRequest(BaseModel):
                               description="Worker slots to simulate (default: the slots up now)")
     policies: list[str] = Field(default_factory=lambda: list(DEFAULT_POLICIES),
                                 min_length=1, max_length=6)
+    completion_guard: float | None = Field(
+        None, ge=0, le=1,
+        description="slaq's completion-time guard to replay with, 0 (off) to 1 (default: the "
+        "one in force), so a setting can be tried on the portal's own history first")
 
     @field_validator("policies")
     @classmethod
@@ -70,11 +75,16 @@ def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin
     if not completed:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, NO_COMPLETED_JOB)
     settings = get_settings()
+    in_force = completion_guard(session, settings.completion_guard)
+    guard = in_force if body.completion_guard is None else body.completion_guard
     # The replaying process reads the jobs: at the bounds that alone takes seconds.
     job = ReplayJob(Window(since, until, completed), body.policies, slots,
-                    settings.chunk_seconds, tenant_views(session),
+                    settings.chunk_seconds, tenant_views(session), completion_guard=guard,
                     extra={"slots": slots, "chunk_seconds": settings.chunk_seconds,
-                           "active_policy": active_policy_name(session, settings.policy)})
+                           "active_policy": active_policy_name(session, settings.policy),
+                           "completion_guard": guard,
+                           "completion_guard_in_force": in_force,
+                           "guarded": sorted(GUARDED)})
     try:
         run_id = what_if_runs.start(client, keys, job, started_by=scope.user.email)
     except ReplayBusy as exc:

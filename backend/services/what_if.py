@@ -48,8 +48,10 @@ Progress = Callable[[str, int], None]
 
 def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
            chunk_seconds: float, tenants: Mapping[int, TenantView] | None = None,
-           progress: Progress | None = None) -> list[Replay]:
-    """The workload as it ran, then under each of ``policies``."""
+           progress: Progress | None = None,
+           completion_guard: float | None = None) -> list[Replay]:
+    """The workload as it ran, then under each of ``policies`` (the guarded
+    ones with ``completion_guard``, or their default)."""
     check_replayable(workload)
     check_policies(policies)
     arrivals = list(workload.trace.arrivals)
@@ -62,8 +64,8 @@ def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
         tick = None if progress is None else partial(progress, name)
         if tick is not None:
             tick(0)
-        result = simulate(build_policy(name, workload.trace, arrivals), workload.trace,
-                          arrivals, config, progress=tick)
+        policy = build_policy(name, workload.trace, arrivals, completion_guard=completion_guard)
+        result = simulate(policy, workload.trace, arrivals, config, progress=tick)
         out.append(Replay(name, result, figures(result)))
     return out
 

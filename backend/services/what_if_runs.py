@@ -100,6 +100,8 @@ class ReplayJob:
     slots: int
     chunk_seconds: float
     tenants: Mapping[int, TenantView] = field(default_factory=dict)
+    completion_guard: float | None = None
+    """The guarded policies' service floor (``None``: their default)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Added to the report as is (the slots, chunk length and policy in force)."""
     max_seconds: float = MAX_SECONDS
@@ -192,6 +194,7 @@ def _replay_process(keys: RedisKeys, run_id: str, job: ReplayJob) -> None:
             client.hset(keys.what_if_run(run_id), "jobs", _job_count(workload))
         replays = replay(workload, job.policies, slots=job.slots,
                          chunk_seconds=job.chunk_seconds, tenants=job.tenants,
+                         completion_guard=job.completion_guard,
                          progress=_Progress(client, keys.what_if_run(run_id),
                                             _job_count(workload)))
         answer = {**report(workload, replays), **job.extra}

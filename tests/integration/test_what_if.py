@@ -76,9 +76,13 @@ def test_recorded_history_replays_into_a_report(portal: Portal, history: dict[st
 
     report = tmp_path / "what-if.html"
     replayed = _slaq(portal, "simulate", "--trace", str(out), "--slots", "2", "--policy", "fair",
-                     "--policy", "slaq", "--report", str(report))
+                     "--policy", "slaq", "--completion-guard", "0.6", "--report", str(report))
     assert replayed.returncode == 0, replayed.stderr
-    assert f"{out.name}, 2 slots, its {JOBS} recorded arrivals" in replayed.stdout
+    assert f"{out.name}, 2 slots, its {JOBS} recorded arrivals, completion guard 0.6" \
+        in replayed.stdout
+    refused = _slaq(portal, "simulate", "--trace", str(out), "--completion-guard", "2")
+    assert refused.returncode == 2
+    assert "--completion-guard must be between 0 (off) and 1" in refused.stderr
     html = report.read_text()
     assert "Plotly.newPlot" in html and f"its {JOBS} recorded arrivals" in html
     as_json = _slaq(portal, "simulate", "--trace", str(out), "--slots", "2", "--policy", "las",
@@ -92,7 +96,9 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
     admin = make_user_token(portal.db_url, tenant="ops", email="ops@ops.test",
                             role=Role.platform_admin)
     with token_client(portal, admin) as api:
-        started = api.post("/api/v1/admin/what-if", json={"hours": 1, "policies": ["fair", "slaq"]})
+        in_force = api.get("/api/v1/admin/policy").json()["completion_guard"]
+        started = api.post("/api/v1/admin/what-if", json={"hours": 1, "policies": ["fair", "slaq"],
+                                                          "completion_guard": 0.8})
         assert started.status_code == 202, started.text
         run = started.json()
         assert started.headers["location"] == f"/api/v1/admin/what-if/{run['id']}"
@@ -114,6 +120,8 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
         assert body["left_out"] == {"not completed (cancelled)": 1}
         assert body["chunk_seconds"] == float(portal.env["CHUNK_SECONDS"])
         assert body["active_policy"] == portal.env["POLICY"]
+        assert (body["completion_guard"], body["completion_guard_in_force"]) == (0.8, in_force)
+        assert "slaq" in body["guarded"]
         # As it ran: the real completion times, scored by the simulator's metrics.
         real = [_seconds(j["finished_at"]) - _seconds(j["created_at"]) for j in history["jobs"]]
         as_run = body["runs"][0]
@@ -129,6 +137,8 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
 
         bad = api.post("/api/v1/admin/what-if", json={"hours": 0})
         assert bad.status_code == 422
+        too_strict = api.post("/api/v1/admin/what-if", json={"completion_guard": 3})
+        assert too_strict.status_code == 422 and "completion_guard" in too_strict.text
         unknown = api.post("/api/v1/admin/what-if", json={"policies": ["nope"]})
         assert unknown.status_code == 422 and "unknown policy 'nope'" in unknown.text
         empty = api.post("/api/v1/admin/what-if", json={"hours": 1e-6})

@@ -32,6 +32,7 @@ export function whatIfSection() {
     WINDOWS.map(([value, label]) => h("option", { value }, label)));
   hours.value = "24";
   const slots = h("input", { id: "what-if-slots", name: "slots", type: "number", min: "1", max: "4096", placeholder: "as now", "aria-describedby": "what-if-slots-help" });
+  const guard = h("input", { id: "what-if-guard", name: "completion_guard", type: "number", min: "0", max: "1", step: "0.05", placeholder: "as in force", "aria-describedby": "what-if-guard-help" });
   const boxes = POLICIES.map((p) => h("label", { class: "inline-check" },
     h("input", { type: "checkbox", name: "policy", value: p, checked: DEFAULT_POLICIES.has(p) }), ` ${p}`));
   const button = h("button", { type: "submit", class: "btn btn-primary" }, "Replay");
@@ -39,6 +40,8 @@ export function whatIfSection() {
     h("div", { class: "field" }, h("label", { for: "what-if-hours" }, "Jobs submitted in"), hours),
     h("div", { class: "field" }, h("label", { for: "what-if-slots" }, "Worker slots"), slots,
       h("span", { class: "help", id: "what-if-slots-help" }, "empty: the slots up now")),
+    h("div", { class: "field" }, h("label", { for: "what-if-guard" }, "Completion guard"), guard,
+      h("span", { class: "help", id: "what-if-guard-help" }, "slaq's, 0 to 1; empty: the one in force")),
     h("fieldset", {}, h("legend", {}, "Policies to compare"), h("div", { class: "chart-tools" }, boxes)),
     button);
   const out = h("div", { id: "what-if-result", "aria-live": "polite" });
@@ -71,6 +74,7 @@ export function whatIfSection() {
     }
     const body = { hours: Number(hours.value), policies };
     if (slots.value) body.slots = Number(slots.value);
+    if (guard.value) body.completion_guard = Number(guard.value);
     button.disabled = true;
     following = null;
     clear(out, notice("loading", "Starting the replay…"));
@@ -125,7 +129,10 @@ function render(out, data, run, aside = null) {
   // Simulated runs compare with each other: the live history also holds costs
   // the simulator does not see, so it is the baseline only when the policy in
   // force was not simulated.
-  const inForce = runs.find((r) => r.label === data.active_policy);
+  // A guarded policy replayed with another completion guard is not the one in force.
+  const guardChanged = data.completion_guard !== data.completion_guard_in_force;
+  const inForce = runs.find((r) => r.label === data.active_policy
+    && !(guardChanged && (data.guarded || []).includes(r.label)));
   const base = inForce || asRun;
   const baseName = inForce ? `${inForce.label}, the policy in force, simulated` : "how they ran";
   const skipped = Object.entries(data.left_out || {}).map(([why, n]) => `${n} ${why}`).join(", ");
@@ -137,7 +144,9 @@ function render(out, data, run, aside = null) {
     return ` (${formatNumber(Math.abs(pct))}% ${pct > 0 ? "better" : "worse"})`;
   };
   const table = h("div", { class: "table-wrap" }, h("table", { "data-testid": "what-if-table" },
-    h("caption", {}, `${formatNumber(data.jobs)} completed jobs on ${data.slots} slots, ${data.chunk_seconds} s chunks; lower is better, change against ${baseName}`),
+    h("caption", {}, `${formatNumber(data.jobs)} completed jobs on ${data.slots} slots, ${data.chunk_seconds} s chunks`,
+      data.completion_guard === undefined ? "" : `, completion guard ${data.completion_guard}${guardChanged ? ` (in force: ${data.completion_guard_in_force})` : ""}`,
+      `; lower is better, change against ${baseName}`),
     h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Run"), FIGURES.map(([, label]) => h("th", { scope: "col" }, label)))),
     h("tbody", {}, runs.map((run) => h("tr", {},
       h("th", { scope: "row" }, run === asRun ? "as it ran" : run.label),
