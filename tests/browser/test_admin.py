@@ -163,6 +163,13 @@ def test_platform_admin_replays_recent_history_under_other_policies(
     page.get_by_test_id("what-if-timeline").scroll_into_view_if_needed()
     screenshot(page, "admin-what-if")
 
+    # Another completion guard than the one in force: the caption says which.
+    page.locator("#what-if-guard").fill("0.9")
+    page.get_by_role("button", name="Replay").click()
+    expect(table.locator("caption")).to_contain_text(
+        re.compile(r"completion guard 0\.9 \(in force: [0-9.]+\)"), timeout=60_000)
+    expect(table.locator("tbody th")).to_have_text(["as it ran", "fair", "slaq"])
+
     # Nothing to compare with: the page says so and sends nothing.
     for name in ("fair", "slaq"):
         page.get_by_label(name, exact=True).uncheck()
