@@ -21,6 +21,7 @@ bench: setup
 	.venv/bin/python -m tests.bench.prediction
 	.venv/bin/python -m tests.bench.cost
 	.venv/bin/python -m tests.bench.quality --procs 2 --report artifacts/quality.html
+	.venv/bin/python -m tests.bench.guard --procs 2
 	.venv/bin/python -m tests.bench.live_compare
 	.venv/bin/python -m tests.bench.chunk_overhead
 	.venv/bin/python -m tests.bench.chart_latency
