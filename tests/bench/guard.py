@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
@@ -44,7 +43,7 @@ from backend.scheduling.metrics import figures
 from backend.scheduling.registry import GUARDED
 from backend.scheduling.simulator import SimConfig, build_policy, simulate
 from backend.scheduling.workload import generate_workload
-from tests.bench.quality import CHUNKS, LOADS, SLOTS, change, get_trace
+from tests.bench.quality import CHUNKS, LOADS, SLOTS, change, get_trace, run_tasks
 
 FRACTIONS = (0.0, 0.25, 0.4, 0.6, 0.8)
 
@@ -132,11 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                          for t in args.traces
                          for s in args.slots for load in args.loads for c in args.chunks
                          for seed in args.seeds]
-    if args.procs > 1:
-        with ProcessPoolExecutor(args.procs) as pool:
-            raw = list(pool.map(run_workload, tasks))
-    else:
-        raw = [run_workload(t) for t in tasks]
+    raw = run_tasks(run_workload, tasks, args.procs)
     grid = averaged(tasks, raw)
     print("\n| trace | policy | fraction | compl vs fair (mean / worst) "
           "| avg vs las (worst / mean) | t95 vs las (worst / mean) | contended vs las "

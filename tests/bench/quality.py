@@ -29,9 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -50,6 +52,8 @@ KEYS = list(Figures.__dataclass_fields__)
 HEADLINE = ("avg_norm_loss", "arrived_norm_loss", "t95_mean", "mean_completion")
 
 Cell = tuple[str, int, float, float]  # trace, slots, load, chunk seconds
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @cache
@@ -86,6 +90,14 @@ def run_cell(args: tuple[str, int, float, float, int, tuple[str, ...]]
     return out
 
 
+def run_tasks(work: Callable[[T], R], tasks: list[T], procs: int) -> list[R]:
+    """``work`` over ``tasks``, in order, on ``procs`` processes (simulations are CPU-bound)."""
+    if procs <= 1:
+        return [work(t) for t in tasks]
+    with ProcessPoolExecutor(procs) as pool:
+        return list(pool.map(work, tasks))
+
+
 def change(ours: float, theirs: float) -> float:
     """100 * (1 - ours / theirs): positive means ours is lower (better)."""
     return 100.0 * (1.0 - ours / theirs) if theirs > 0 else 0.0
@@ -109,11 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [(t, s, load, c, seed, tuple(args.policies)) for t in args.traces
              for s in args.slots for load in args.loads for c in args.chunks
              for seed in args.seeds]
-    if args.procs > 1:
-        with ProcessPoolExecutor(args.procs) as pool:
-            raw = list(pool.map(run_cell, tasks))
-    else:
-        raw = [run_cell(t) for t in tasks]
+    raw = run_tasks(run_cell, tasks, args.procs)
     grid: dict[Cell, dict[str, dict[str, float]]] = {}
     shapes: dict[str, dict[str, dict[str, list[float]]]] = {}
     for (t, s, load, c, _, _), runs in zip(tasks, raw, strict=True):
