@@ -11,18 +11,19 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Response, status
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from backend.api.deps import KeysDep, PlatformAdmin, RedisDep, SessionDep
 from backend.core.leases import Heartbeats
 from backend.core.models import utcnow
 from backend.core.portal_settings import active_policy_name, completion_guard
 from backend.core.settings import get_settings
-from backend.scheduling.registry import GUARDED
+from backend.scheduling.registry import policy_runs
 from backend.services import what_if_runs
 from backend.services.portal_trace import WorkloadTooLarge, check_window
 from backend.services.what_if import (
     DEFAULT_POLICIES,
+    MAX_RUNS,
     NO_COMPLETED_JOB,
     check_policies,
     tenant_views,
@@ -42,16 +43,31 @@ class WhatIfRequest(BaseModel):
                               description="Worker slots to simulate (default: the slots up now)")
     policies: list[str] = Field(default_factory=lambda: list(DEFAULT_POLICIES),
                                 min_length=1, max_length=6)
-    completion_guard: float | None = Field(
-        None, ge=0, le=1,
-        description="slaq's completion-time guard to replay with, 0 (off) to 1 (default: the "
-        "one in force), so a setting can be tried on the portal's own history first")
+    completion_guards: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=list, max_length=3,
+        description="slaq's completion-time guards to replay it at, each 0 (off) to 1 "
+        "(default: the one in force), so settings can be compared on the portal's own "
+        "history before one is set; a run at another guard than the one in force is "
+        "labelled with it, 'slaq (guard 0.6)'")
 
     @field_validator("policies")
     @classmethod
     def _known(cls, policies: list[str]) -> list[str]:
         check_policies(policies)
         return list(dict.fromkeys(policies))
+
+    @field_validator("completion_guards")
+    @classmethod
+    def _distinct(cls, guards: list[float]) -> list[float]:
+        return list(dict.fromkeys(guards))
+
+    @model_validator(mode="after")
+    def _bounded(self) -> WhatIfRequest:
+        runs = len(policy_runs(self.policies, self.completion_guards))
+        if runs > MAX_RUNS:
+            raise ValueError(f"that is {runs} runs to replay; a replay compares at most "
+                             f"{MAX_RUNS}: choose fewer policies or completion guards")
+        return self
 
 
 @router.post("/what-if", status_code=status.HTTP_202_ACCEPTED)
@@ -76,15 +92,13 @@ def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, NO_COMPLETED_JOB)
     settings = get_settings()
     in_force = completion_guard(session, settings.completion_guard)
-    guard = in_force if body.completion_guard is None else body.completion_guard
     # The replaying process reads the jobs: at the bounds that alone takes seconds.
     job = ReplayJob(Window(since, until, completed), body.policies, slots,
-                    settings.chunk_seconds, tenant_views(session), completion_guard=guard,
+                    settings.chunk_seconds, tenant_views(session),
+                    completion_guards=body.completion_guards, in_force=in_force,
                     extra={"slots": slots, "chunk_seconds": settings.chunk_seconds,
                            "active_policy": active_policy_name(session, settings.policy),
-                           "completion_guard": guard,
-                           "completion_guard_in_force": in_force,
-                           "guarded": sorted(GUARDED)})
+                           "completion_guard": in_force})
     try:
         run_id = what_if_runs.start(client, keys, job, started_by=scope.user.email)
     except ReplayBusy as exc:

@@ -8,8 +8,8 @@ needs true future curves, which only the simulator has: it passes them as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from backend.scheduling.guards import ServiceFloor
 from backend.scheduling.policies.fair import FairPolicy
@@ -46,6 +46,33 @@ GUARDED: frozenset[str] = frozenset({"slaq", "oracle"})
 :class:`~backend.scheduling.guards.ServiceFloor`); the others ignore it."""
 
 DEFAULT_COMPLETION_GUARD = ServiceFloor().fraction
+
+
+class PolicyRun(NamedTuple):
+    """One policy to run in a comparison, under the label its figures carry."""
+
+    label: str
+    policy: str
+    completion_guard: float | None
+
+
+def policy_runs(policies: Sequence[str], guards: Sequence[float] = (),
+                in_force: float | None = None) -> list[PolicyRun]:
+    """``policies`` in order, each ``GUARDED`` one once per completion guard in
+    ``guards`` (none: once, at ``in_force``, or its default if that is
+    ``None``). A guarded run is labelled with its guard, ``"slaq (guard
+    0.6)"``, unless that guard is the one in force, so a label names the policy
+    as the portal runs it only when it is that policy."""
+    out: list[PolicyRun] = []
+    for name in policies:
+        if name not in GUARDED:
+            out.append(PolicyRun(name, name, None))
+            continue
+        chosen: list[float | None] = list(guards) or [in_force]
+        for guard in chosen:
+            label = name if guard == in_force else f"{name} (guard {guard:g})"
+            out.append(PolicyRun(label, name, guard))
+    return out
 
 
 def live_policy_names() -> list[str]:

@@ -20,7 +20,7 @@ from sqlmodel import Session, select
 
 from backend.core.models import Tenant
 from backend.scheduling.metrics import Figures, figures, mean_loss_timeline, time_to_fraction
-from backend.scheduling.registry import POLICIES
+from backend.scheduling.registry import POLICIES, policy_runs
 from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
 from backend.scheduling.types import LIVE_HISTORY_POINTS, TenantView
 from backend.services.portal_trace import PortalWorkload
@@ -43,15 +43,19 @@ class Replay:
 
 
 Progress = Callable[[str, int], None]
-"""``progress(policy, jobs finished)`` while that policy's replay runs."""
+"""``progress(run label, jobs finished)`` while that run's replay goes on."""
+
+MAX_RUNS = 8
+"""Most simulated runs in one replay (a guarded policy counts once per guard)."""
 
 
 def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
            chunk_seconds: float, tenants: Mapping[int, TenantView] | None = None,
-           progress: Progress | None = None,
-           completion_guard: float | None = None) -> list[Replay]:
-    """The workload as it ran, then under each of ``policies`` (the guarded
-    ones with ``completion_guard``, or their default)."""
+           progress: Progress | None = None, completion_guards: Sequence[float] = (),
+           in_force: float | None = None) -> list[Replay]:
+    """The workload as it ran, then under each of ``policies``: the guarded
+    ones once per completion guard in ``completion_guards`` (none: the one in
+    force), labelled as :func:`~backend.scheduling.registry.policy_runs` does."""
     check_replayable(workload)
     check_policies(policies)
     arrivals = list(workload.trace.arrivals)
@@ -60,13 +64,14 @@ def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
     config = SimConfig(slots=slots, chunk_seconds=chunk_seconds, tenants=dict(tenants or {}),
                        history_points=LIVE_HISTORY_POINTS, attained_overhead=False)
     out = [Replay("as run", workload.as_run, figures(workload.as_run))]
-    for name in policies:
-        tick = None if progress is None else partial(progress, name)
+    for run in policy_runs(policies, completion_guards, in_force):
+        tick = None if progress is None else partial(progress, run.label)
         if tick is not None:
             tick(0)
-        policy = build_policy(name, workload.trace, arrivals, completion_guard=completion_guard)
+        policy = build_policy(run.policy, workload.trace, arrivals,
+                              completion_guard=run.completion_guard)
         result = simulate(policy, workload.trace, arrivals, config, progress=tick)
-        out.append(Replay(name, result, figures(result)))
+        out.append(Replay(run.label, result, figures(result)))
     return out
 
 

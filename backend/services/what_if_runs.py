@@ -40,6 +40,7 @@ from backend.core.models import utcnow
 from backend.core.redis_conn import get_redis
 from backend.core.redis_keys import RedisKeys
 from backend.core.settings import get_settings
+from backend.scheduling.registry import policy_runs
 from backend.scheduling.types import TenantView
 from backend.services.portal_trace import (
     PortalWorkload,
@@ -100,11 +101,19 @@ class ReplayJob:
     slots: int
     chunk_seconds: float
     tenants: Mapping[int, TenantView] = field(default_factory=dict)
-    completion_guard: float | None = None
-    """The guarded policies' service floor (``None``: their default)."""
+    completion_guards: Sequence[float] = ()
+    """Completion guards to replay the guarded policies at (none: ``in_force``)."""
+    in_force: float | None = None
+    """The completion guard in force: a run at it is labelled with the policy's name."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Added to the report as is (the slots, chunk length and policy in force)."""
     max_seconds: float = MAX_SECONDS
+
+    @property
+    def labels(self) -> list[str]:
+        """The simulated runs' labels, in the order they replay (progress names them)."""
+        return [run.label for run in policy_runs(self.policies, self.completion_guards,
+                                                 self.in_force)]
 
 
 def start(client: redis.Redis, keys: RedisKeys, job: ReplayJob, *, started_by: str) -> str:
@@ -117,7 +126,7 @@ def start(client: redis.Redis, keys: RedisKeys, job: ReplayJob, *, started_by: s
     with client.pipeline() as pipe:
         pipe.hset(key, mapping={
             "state": "running", "started_at": utcnow().isoformat(), "started_by": started_by,
-            "policies": json.dumps(list(job.policies)), "jobs": _job_count(job.workload)})
+            "policies": json.dumps(job.labels), "jobs": _job_count(job.workload)})
         pipe.expire(key, KEEP_SECONDS)
         pipe.set(keys.what_if_latest, run_id, ex=KEEP_SECONDS)
         pipe.execute()
@@ -194,7 +203,7 @@ def _replay_process(keys: RedisKeys, run_id: str, job: ReplayJob) -> None:
             client.hset(keys.what_if_run(run_id), "jobs", _job_count(workload))
         replays = replay(workload, job.policies, slots=job.slots,
                          chunk_seconds=job.chunk_seconds, tenants=job.tenants,
-                         completion_guard=job.completion_guard,
+                         completion_guards=job.completion_guards, in_force=job.in_force,
                          progress=_Progress(client, keys.what_if_run(run_id),
                                             _job_count(workload)))
         answer = {**report(workload, replays), **job.extra}

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from backend.scheduling.metrics import Figures, figures
-from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, POLICIES
+from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, POLICIES, policy_runs
 from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
 from backend.scheduling.trace import load_trace, save_trace
 from backend.scheduling.workload import generate_workload
@@ -33,35 +34,37 @@ SIM_POLICIES = ("fifo", "fair", "las", "slaq-classic", "slaq", "oracle")
 def run_policies(
     trace_path: Path, policies: list[str], *, slots: int, load: float, seed: int,
     jobs: int | None = None, chunk_seconds: float = 1.0, tenants: int = 1,
-    completion_guard: float | None = None,
+    completion_guards: Sequence[float] = (),
 ) -> dict[str, tuple[SimResult, Figures]]:
     """Simulate one workload under each policy; shared by the CLI and benchmarks.
 
     A trace with recorded arrivals (``record-trace --from-portal``) replays
     them; ``load``, ``seed``, ``jobs`` and ``tenants`` then do not apply.
-    ``completion_guard`` sets the guarded policies' service floor (``None``:
-    their default)."""
+    The guarded policies run once per completion guard in
+    ``completion_guards`` (none: their default), labelled ``"slaq (guard 0.6)"``."""
     trace = load_trace(trace_path)
     arrivals = list(trace.arrivals) or generate_workload(
         trace, slots=slots, load=load, jobs=jobs, seed=seed, tenants=tenants,
         chunk_seconds=chunk_seconds)
     config = SimConfig(slots=slots, chunk_seconds=chunk_seconds)
     out = {}
-    for name in policies:
-        policy = build_policy(name, trace, arrivals, completion_guard=completion_guard)
+    for run in policy_runs(policies, completion_guards):
+        policy = build_policy(run.policy, trace, arrivals, completion_guard=run.completion_guard)
         result = simulate(policy, trace, arrivals, config)
-        out[name] = (result, figures(result))
+        out[run.label] = (result, figures(result))
     return out
 
 
 def _table(runs: dict[str, tuple[SimResult, Figures]]) -> str:
     keys = list(Figures.__dataclass_fields__)
     width = max(16, *(len(k) + 2 for k in keys))
-    head = f"{'policy':<13}" + "".join(f"{k:>{width}}" for k in keys) + f"{'ms/decision':>13}"
+    label = max([13, *(len(name) + 2 for name in runs)])
+    head = f"{'policy':<{label}}" + "".join(f"{k:>{width}}" for k in keys) \
+        + f"{'ms/decision':>13}"
     lines = [head, "-" * len(head)]
     for name, (result, fig) in runs.items():
         ms = 1000 * result.decision_seconds / max(result.decisions, 1)
-        lines.append(f"{name:<13}" + "".join(f"{getattr(fig, k):>{width}.4g}" for k in keys)
+        lines.append(f"{name:<{label}}" + "".join(f"{getattr(fig, k):>{width}.4g}" for k in keys)
                      + f"{ms:>13.3f}")
     return "\n".join(lines)
 
@@ -81,22 +84,23 @@ def simulate_main(argv: list[str]) -> int:
     parser.add_argument("--chunk-seconds", type=float, default=1.0,
                         help="target chunk length (default 1.0, the live default)")
     parser.add_argument("--tenants", type=int, default=1, help="tenants to spread jobs over")
-    parser.add_argument("--completion-guard", type=float, default=None, metavar="FRACTION",
+    parser.add_argument("--completion-guard", type=float, action="append", default=[],
+                        metavar="FRACTION",
                         help="slaq's and oracle's completion-time guard: the share of a "
                         "round-robin turn every job is guaranteed, 0 (off) to 1 (default "
-                        f"{DEFAULT_COMPLETION_GUARD:g}); see python -m tests.bench.guard")
+                        f"{DEFAULT_COMPLETION_GUARD:g}); repeat it to compare settings")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--report", type=Path, help="write a Plotly HTML report here")
     args = parser.parse_args(argv)
     if args.slots < 1 or args.load <= 0 or args.chunk_seconds <= 0:
         parser.error("--slots, --load and --chunk-seconds must be positive")
-    if args.completion_guard is not None and not 0 <= args.completion_guard <= 1:
+    if any(not 0 <= guard <= 1 for guard in args.completion_guard):
         parser.error("--completion-guard must be between 0 (off) and 1")
     policies = args.policy or list(SIM_POLICIES)
     try:
         runs = run_policies(args.trace, policies, slots=args.slots, load=args.load,
                             seed=args.seed, jobs=args.jobs, chunk_seconds=args.chunk_seconds,
-                            tenants=args.tenants, completion_guard=args.completion_guard)
+                            tenants=args.tenants, completion_guards=args.completion_guard)
     except (OSError, ValueError) as exc:
         print(f"slaq simulate: {exc}", file=sys.stderr)
         return 2
@@ -105,8 +109,6 @@ def simulate_main(argv: list[str]) -> int:
     recorded = len(load_trace(args.trace).arrivals)
     workload = (f"its {recorded} recorded arrivals" if recorded
                 else f"load {args.load}, seed {args.seed}")
-    guard = DEFAULT_COMPLETION_GUARD if args.completion_guard is None else args.completion_guard
-    workload += f", completion guard {guard:g}"
     if not args.json:
         print(f"trace {args.trace.name}, {args.slots} slots, {workload}")
         print(_table(runs))

@@ -163,12 +163,24 @@ def test_platform_admin_replays_recent_history_under_other_policies(
     page.get_by_test_id("what-if-timeline").scroll_into_view_if_needed()
     screenshot(page, "admin-what-if")
 
-    # Another completion guard than the one in force: the caption says which.
-    page.locator("#what-if-guard").fill("0.9")
+    # With slaq in force, a run at another completion guard says which and is
+    # not taken for the policy in force: changes are against how the jobs ran.
+    with api_client(browser_portal, admin) as api:
+        assert api.put("/api/v1/admin/policy", json={"name": "slaq"}).status_code == 200
+        try:
+            page.locator("#what-if-guards").fill("0.9")
+            page.get_by_role("button", name="Replay").click()
+            expect(table.locator("tbody th")).to_have_text(
+                ["as it ran", "fair", "slaq (guard 0.9)"], timeout=60_000)
+            expect(table.locator("caption")).to_contain_text(
+                re.compile(r"completion guard in force [0-9.]+"))
+            expect(table.locator("caption")).to_contain_text("change against how they ran")
+        finally:
+            api.put("/api/v1/admin/policy", json={"name": "fair"})
+    page.locator("#what-if-guards").fill("0.5, 2")
     page.get_by_role("button", name="Replay").click()
-    expect(table.locator("caption")).to_contain_text(
-        re.compile(r"completion guard 0\.9 \(in force: [0-9.]+\)"), timeout=60_000)
-    expect(table.locator("tbody th")).to_have_text(["as it ran", "fair", "slaq"])
+    expect(page.locator("#what-if-result")).to_contain_text("up to three numbers from 0 to 1")
+    page.locator("#what-if-guards").fill("")
 
     # Nothing to compare with: the page says so and sends nothing.
     for name in ("fair", "slaq"):
@@ -178,7 +190,7 @@ def test_platform_admin_replays_recent_history_under_other_policies(
     # The newest replay stays on the page for a day, for any platform admin.
     page.reload()
     expect(page.get_by_test_id("what-if-table").locator("tbody th")).to_have_text(
-        ["as it ran", "fair", "slaq"])
+        ["as it ran", "fair", "slaq (guard 0.9)"])
 
 
 def test_the_admin_page_follows_a_running_replay(

@@ -76,10 +76,12 @@ def test_recorded_history_replays_into_a_report(portal: Portal, history: dict[st
 
     report = tmp_path / "what-if.html"
     replayed = _slaq(portal, "simulate", "--trace", str(out), "--slots", "2", "--policy", "fair",
-                     "--policy", "slaq", "--completion-guard", "0.6", "--report", str(report))
+                     "--policy", "slaq", "--completion-guard", "0.25", "--completion-guard", "1",
+                     "--report", str(report))
     assert replayed.returncode == 0, replayed.stderr
-    assert f"{out.name}, 2 slots, its {JOBS} recorded arrivals, completion guard 0.6" \
-        in replayed.stdout
+    assert f"{out.name}, 2 slots, its {JOBS} recorded arrivals" in replayed.stdout
+    rows = [line.split("  ")[0] for line in replayed.stdout.splitlines()[3:6]]
+    assert rows == ["fair", "slaq (guard 0.25)", "slaq (guard 1)"], replayed.stdout
     refused = _slaq(portal, "simulate", "--trace", str(out), "--completion-guard", "2")
     assert refused.returncode == 2
     assert "--completion-guard must be between 0 (off) and 1" in refused.stderr
@@ -97,12 +99,13 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
                             role=Role.platform_admin)
     with token_client(portal, admin) as api:
         in_force = api.get("/api/v1/admin/policy").json()["completion_guard"]
-        started = api.post("/api/v1/admin/what-if", json={"hours": 1, "policies": ["fair", "slaq"],
-                                                          "completion_guard": 0.8})
+        assert in_force != 1.0
+        started = api.post("/api/v1/admin/what-if", json={
+            "hours": 1, "policies": ["fair", "slaq"], "completion_guards": [in_force, 1.0]})
         assert started.status_code == 202, started.text
         run = started.json()
         assert started.headers["location"] == f"/api/v1/admin/what-if/{run['id']}"
-        assert run["jobs"] == JOBS and run["policies"] == ["fair", "slaq"]
+        assert run["jobs"] == JOBS and run["policies"] == ["fair", "slaq", "slaq (guard 1)"]
         assert run["started_by"] == "ops@ops.test" and run["state"] in {"running", "done"}
 
         def finished() -> dict[str, Any] | None:
@@ -112,16 +115,16 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
 
         done = wait_until(finished, 120, "the what-if replay to finish")
         assert done["state"] == "done", done["error"]
-        assert done["progress"] == {"policy": "slaq", "jobs_finished": JOBS}
+        assert done["progress"] == {"policy": "slaq (guard 1)", "jobs_finished": JOBS}
         assert api.get("/api/v1/admin/what-if/latest").json()["id"] == run["id"]
         body = done["result"]
-        assert [r["label"] for r in body["runs"]] == ["as run", "fair", "slaq"]
+        # The run at the guard in force is the policy as the portal runs it.
+        assert [r["label"] for r in body["runs"]] == ["as run", "fair", "slaq", "slaq (guard 1)"]
         assert body["jobs"] == JOBS and body["slots"] == 2  # the slots up now
         assert body["left_out"] == {"not completed (cancelled)": 1}
         assert body["chunk_seconds"] == float(portal.env["CHUNK_SECONDS"])
         assert body["active_policy"] == portal.env["POLICY"]
-        assert (body["completion_guard"], body["completion_guard_in_force"]) == (0.8, in_force)
-        assert "slaq" in body["guarded"]
+        assert body["completion_guard"] == in_force
         # As it ran: the real completion times, scored by the simulator's metrics.
         real = [_seconds(j["finished_at"]) - _seconds(j["created_at"]) for j in history["jobs"]]
         as_run = body["runs"][0]
@@ -137,8 +140,13 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
 
         bad = api.post("/api/v1/admin/what-if", json={"hours": 0})
         assert bad.status_code == 422
-        too_strict = api.post("/api/v1/admin/what-if", json={"completion_guard": 3})
-        assert too_strict.status_code == 422 and "completion_guard" in too_strict.text
+        too_strict = api.post("/api/v1/admin/what-if", json={"completion_guards": [3]})
+        assert too_strict.status_code == 422 and "completion_guards" in too_strict.text
+        too_many = api.post("/api/v1/admin/what-if", json={
+            "policies": ["fair", "las", "fifo", "slaq-classic", "slaq", "oracle"],
+            "completion_guards": [0, 0.5, 1]})
+        assert too_many.status_code == 422
+        assert "that is 10 runs to replay; a replay compares at most 8" in too_many.text
         unknown = api.post("/api/v1/admin/what-if", json={"policies": ["nope"]})
         assert unknown.status_code == 422 and "unknown policy 'nope'" in unknown.text
         empty = api.post("/api/v1/admin/what-if", json={"hours": 1e-6})

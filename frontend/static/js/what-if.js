@@ -32,7 +32,7 @@ export function whatIfSection() {
     WINDOWS.map(([value, label]) => h("option", { value }, label)));
   hours.value = "24";
   const slots = h("input", { id: "what-if-slots", name: "slots", type: "number", min: "1", max: "4096", placeholder: "as now", "aria-describedby": "what-if-slots-help" });
-  const guard = h("input", { id: "what-if-guard", name: "completion_guard", type: "number", min: "0", max: "1", step: "0.05", placeholder: "as in force", "aria-describedby": "what-if-guard-help" });
+  const guards = h("input", { id: "what-if-guards", name: "completion_guards", type: "text", inputmode: "decimal", placeholder: "as in force", "aria-describedby": "what-if-guards-help" });
   const boxes = POLICIES.map((p) => h("label", { class: "inline-check" },
     h("input", { type: "checkbox", name: "policy", value: p, checked: DEFAULT_POLICIES.has(p) }), ` ${p}`));
   const button = h("button", { type: "submit", class: "btn btn-primary" }, "Replay");
@@ -40,8 +40,8 @@ export function whatIfSection() {
     h("div", { class: "field" }, h("label", { for: "what-if-hours" }, "Jobs submitted in"), hours),
     h("div", { class: "field" }, h("label", { for: "what-if-slots" }, "Worker slots"), slots,
       h("span", { class: "help", id: "what-if-slots-help" }, "empty: the slots up now")),
-    h("div", { class: "field" }, h("label", { for: "what-if-guard" }, "Completion guard"), guard,
-      h("span", { class: "help", id: "what-if-guard-help" }, "slaq's, 0 to 1; empty: the one in force")),
+    h("div", { class: "field" }, h("label", { for: "what-if-guards" }, "Completion guards"), guards,
+      h("span", { class: "help", id: "what-if-guards-help" }, "slaq's, up to 3 from 0 to 1, e.g. 0.25, 0.6")),
     h("fieldset", {}, h("legend", {}, "Policies to compare"), h("div", { class: "chart-tools" }, boxes)),
     button);
   const out = h("div", { id: "what-if-result", "aria-live": "polite" });
@@ -74,7 +74,13 @@ export function whatIfSection() {
     }
     const body = { hours: Number(hours.value), policies };
     if (slots.value) body.slots = Number(slots.value);
-    if (guard.value) body.completion_guard = Number(guard.value);
+    const wanted = guards.value.split(/[\s,]+/).filter(Boolean);
+    const values = wanted.map(Number);
+    if (values.length > 3 || values.some((v) => !Number.isFinite(v) || v < 0 || v > 1)) {
+      clear(out, notice("error", "Completion guards: up to three numbers from 0 to 1, separated by commas."));
+      return;
+    }
+    if (values.length) body.completion_guards = values;
     button.disabled = true;
     following = null;
     clear(out, notice("loading", "Starting the replay…"));
@@ -129,10 +135,9 @@ function render(out, data, run, aside = null) {
   // Simulated runs compare with each other: the live history also holds costs
   // the simulator does not see, so it is the baseline only when the policy in
   // force was not simulated.
-  // A guarded policy replayed with another completion guard is not the one in force.
-  const guardChanged = data.completion_guard !== data.completion_guard_in_force;
-  const inForce = runs.find((r) => r.label === data.active_policy
-    && !(guardChanged && (data.guarded || []).includes(r.label)));
+  // A run at another completion guard than the one in force is labelled
+  // with it ("slaq (guard 0.6)"), so it is never taken for the policy in force.
+  const inForce = runs.find((r) => r.label === data.active_policy);
   const base = inForce || asRun;
   const baseName = inForce ? `${inForce.label}, the policy in force, simulated` : "how they ran";
   const skipped = Object.entries(data.left_out || {}).map(([why, n]) => `${n} ${why}`).join(", ");
@@ -145,7 +150,7 @@ function render(out, data, run, aside = null) {
   };
   const table = h("div", { class: "table-wrap" }, h("table", { "data-testid": "what-if-table" },
     h("caption", {}, `${formatNumber(data.jobs)} completed jobs on ${data.slots} slots, ${data.chunk_seconds} s chunks`,
-      data.completion_guard === undefined ? "" : `, completion guard ${data.completion_guard}${guardChanged ? ` (in force: ${data.completion_guard_in_force})` : ""}`,
+      data.completion_guard === undefined ? "" : `, completion guard in force ${data.completion_guard}`,
       `; lower is better, change against ${baseName}`),
     h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Run"), FIGURES.map(([, label]) => h("th", { scope: "col" }, label)))),
     h("tbody", {}, runs.map((run) => h("tr", {},
