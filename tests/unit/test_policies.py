@@ -22,6 +22,7 @@ from backend.scheduling.registry import (
     SIMULATION_ONLY,
     live_policy_names,
     make_policy,
+    policy_runs,
 )
 from backend.scheduling.types import Grant, JobView, LossPoint, Policy, Snapshot, TenantView
 
@@ -90,6 +91,17 @@ def test_registry_names_and_default() -> None:
         make_policy("nope")
     with pytest.raises(ValueError, match="simulation-only"):
         make_policy("oracle")
+
+
+def test_policy_runs_label_a_guarded_policy_by_its_guard_unless_in_force() -> None:
+    runs = policy_runs(["fair", "slaq", "oracle"], [0.25, 0.6], in_force=0.25)
+    assert [(r.label, r.policy, r.completion_guard) for r in runs] == [
+        ("fair", "fair", None), ("slaq", "slaq", 0.25), ("slaq (guard 0.6)", "slaq", 0.6),
+        ("oracle", "oracle", 0.25), ("oracle (guard 0.6)", "oracle", 0.6)]
+    # No guard asked for: each policy once, at the guard in force or its default.
+    assert [tuple(r) for r in policy_runs(["las", "slaq"], in_force=0.4)] == [
+        ("las", "las", None), ("slaq", "slaq", 0.4)]
+    assert [r.label for r in policy_runs(["slaq"], [1.0])] == ["slaq (guard 1)"]
 
 
 @pytest.mark.parametrize("name", ALL_POLICIES)
