@@ -1,6 +1,6 @@
 """Administration: tenants and quotas, users and roles, the active policy
-and its completion guard, and the audit log. Platform admins manage everything; tenant admins read
-their own tenant."""
+and its completion guard, and the audit log. Platform admins manage
+everything; tenant admins read their own tenant."""
 
 from __future__ import annotations
 
@@ -14,12 +14,7 @@ from sqlmodel import Session, col
 from backend.api.deps import DbId, KeysDep, PlatformAdmin, RedisDep, SessionDep, TenantAdmin
 from backend.core.models import AuditLog, Role, Tenant, User
 from backend.core.notify import wake_scheduler
-from backend.core.portal_settings import (
-    active_policy_name,
-    completion_guard,
-    set_active_policy,
-    set_completion_guard,
-)
+from backend.core.portal_settings import policy_choice, set_active_policy, set_completion_guard
 from backend.core.settings import get_settings
 from backend.scheduling.registry import GUARDED, live_policy_names
 from backend.schemas import (
@@ -182,15 +177,15 @@ def change_policy(body: PolicyChange, session: SessionDep, scope: PlatformAdmin,
             "loc": ["body", "name"], "type": "value_error",
             "msg": f"unknown policy {body.name!r}; choose one of {', '.join(available)}"}])
     # Only what changes is written and audited: the page sends both fields.
-    before = active_policy_name(session, settings.policy)
-    if body.name is not None and body.name != before:
+    before = policy_choice(session, settings.policy, settings.completion_guard)
+    if body.name is not None and body.name != before.name:
         audit.record(session, actor=scope.user, action="policy.change", target=body.name,
-                     before=before)
+                     before=before.name)
         set_active_policy(session, body.name)
-    before_guard = completion_guard(session, settings.completion_guard)
-    if body.completion_guard is not None and body.completion_guard != before_guard:
+    if body.completion_guard is not None and body.completion_guard != before.completion_guard:
         audit.record(session, actor=scope.user, action="policy.completion_guard",
-                     target=f"{body.completion_guard:g}", before=f"{before_guard:g}")
+                     target=f"{body.completion_guard:g}",
+                     before=f"{before.completion_guard:g}")
         set_completion_guard(session, body.completion_guard)
     wake_scheduler(client, keys, "policy")
     return _policy_state(session)
@@ -198,10 +193,11 @@ def change_policy(body: PolicyChange, session: SessionDep, scope: PlatformAdmin,
 
 def _policy_state(session: Session) -> PolicyState:
     settings = get_settings()
-    return PolicyState(active=active_policy_name(session, settings.policy),
-                       available=live_policy_names(),
-                       completion_guard=completion_guard(session, settings.completion_guard),
-                       guarded=sorted(GUARDED & set(live_policy_names())))
+    choice = policy_choice(session, settings.policy, settings.completion_guard)
+    available = live_policy_names()
+    return PolicyState(active=choice.name, available=available,
+                       completion_guard=choice.completion_guard,
+                       guarded=sorted(GUARDED & set(available)))
 
 
 @router.get("/audit", response_model=list[AuditEntry])

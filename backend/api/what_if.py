@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from backend.api.deps import KeysDep, PlatformAdmin, RedisDep, SessionDep
 from backend.core.leases import Heartbeats
 from backend.core.models import utcnow
-from backend.core.portal_settings import active_policy_name, completion_guard
+from backend.core.portal_settings import policy_choice
 from backend.core.settings import get_settings
 from backend.scheduling.registry import policy_runs
 from backend.services import what_if_runs
@@ -91,14 +91,15 @@ def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin
     if not completed:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, NO_COMPLETED_JOB)
     settings = get_settings()
-    in_force = completion_guard(session, settings.completion_guard)
+    in_force = policy_choice(session, settings.policy, settings.completion_guard)
     # The replaying process reads the jobs: at the bounds that alone takes seconds.
     job = ReplayJob(Window(since, until, completed), body.policies, slots,
                     settings.chunk_seconds, tenant_views(session),
-                    completion_guards=body.completion_guards, in_force=in_force,
+                    completion_guards=body.completion_guards,
+                    in_force=in_force.completion_guard,
                     extra={"slots": slots, "chunk_seconds": settings.chunk_seconds,
-                           "active_policy": active_policy_name(session, settings.policy),
-                           "completion_guard": in_force})
+                           "active_policy": in_force.name,
+                           "completion_guard": in_force.completion_guard})
     try:
         run_id = what_if_runs.start(client, keys, job, started_by=scope.user.email)
     except ReplayBusy as exc:

@@ -35,7 +35,7 @@ from backend.core.leases import Heartbeats, Leases
 from backend.core.models import Decision, Job, JobStatus, Tenant, utcnow
 from backend.core.notify import publish_job_event
 from backend.core.pools import DEFAULT_POOL
-from backend.core.portal_settings import active_policy_name, completion_guard
+from backend.core.portal_settings import PolicyChoice, policy_choice
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.experiment_stopping import ExperimentStopper
 from backend.scheduler.history import HistoryCache
@@ -69,9 +69,6 @@ HELD_BACK_EXPLAINED = 1000
 ROUNDS_KEPT = 200
 # Chunks whose wall time (dispatch to lease gone) the wait estimates average.
 CHUNK_TIMES_KEPT = 50
-
-Choice = tuple[str, float]
-"""The admin's choice in force: the policy's name and its completion guard."""
 
 
 class ChunkSender(Protocol):
@@ -115,11 +112,11 @@ class Scheduler:
         # Fits the chart for policies that keep no predictor of their own.
         self.predictor = LossPredictor()
         self._policy: Policy | None = None
-        self._policy_basis: Choice | None = None
+        self._policy_basis: PolicyChoice | None = None
         self._explained_at = float("-inf")
         self._explain_cost = 0.0
         self._backlog: list[Grant] = []
-        self._backlog_basis: tuple[Choice, dict[int, TenantView], int] | None = None
+        self._backlog_basis: tuple[PolicyChoice, dict[int, TenantView], int] | None = None
         self._held_back: list[int] = []
         self.recorder = HistoryRecorder(client, keys)
         self.stopper = ExperimentStopper(client, keys)
@@ -142,7 +139,7 @@ class Scheduler:
         # reasons name the metric of jobs scheduled on val_loss; the state is
         # looked up per grant, as stand_by replaces it.
         guard = self.default_completion_guard if completion_guard is None else completion_guard
-        choice = (name, guard)
+        choice = PolicyChoice(name, guard)
         if self._policy is None or self._policy_basis != choice:
             self._policy = MetricNamedPolicy(make_policy(name, completion_guard=guard),
                                              lambda job_id: self.state.metric(job_id))
@@ -156,8 +153,8 @@ class Scheduler:
     def run_round(self) -> RoundResult:
         began = time.perf_counter()
         with Session(self.engine, expire_on_commit=False) as session:
-            name = active_policy_name(session, self.default_policy)
-            choice = (name, completion_guard(session, self.default_completion_guard))
+            choice = policy_choice(session, self.default_policy, self.default_completion_guard)
+            name = choice.name
             live = self.leases.live_job_ids()
             # Claims before heartbeats: a slot beats before it claims, so a
             # claim listed here names a slot the heartbeats below still show
@@ -248,7 +245,7 @@ class Scheduler:
         return {int(t): TenantView(int(t), int(m), float(w), dict(p or {}))
                 for t, m, w, p in rows}
 
-    def _serve_backlog_first(self, session: Session, choice: Choice,
+    def _serve_backlog_first(self, session: Session, choice: PolicyChoice,
                              tenants: dict[int, TenantView], live: set[int],
                              adverts: dict[str, Any]) -> list[Grant]:
         """Give slots freed since the last round the head of the last ranking,
@@ -275,7 +272,7 @@ class Scheduler:
                             default_chunk_iterations=self.default_chunk_iterations,
                             pools=self.pools.views(session, adverts,
                                                    self._in_flight_by_pool(live)))
-        dispatched, _ = self._grant(session, snapshot, self._from_backlog(snapshot), choice[0])
+        dispatched, _ = self._grant(session, snapshot, self._from_backlog(snapshot), choice.name)
         return dispatched
 
     def _admitted(self, slots: int, live: set[int],
