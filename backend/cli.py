@@ -54,8 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("run", help="API, scheduler and workers together (the default setup)")
     sub.add_parser("api", help="the web API only")
     sub.add_parser("scheduler", help="the scheduler process only")
-    worker = sub.add_parser("worker", help="a Celery worker process")
-    worker.add_argument("--concurrency", type=int, default=None)
+    worker = sub.add_parser("worker", help="worker slots: one Celery node per slot")
+    worker.add_argument("--concurrency", type=int, default=None,
+                        help="slots to run (default: WORKERS, else one per core)")
+    worker.add_argument("--loglevel", default="INFO")
+    worker.add_argument("--name", default="",
+                        help="node name prefix (default slaq-PID); slot i is NAME-i@host")
     worker.add_argument("--pool", default=None,
                         help="the worker pool to join (default: WORKER_POOL, else cpu); its "
                         "slots run only chunks placed on that pool")
@@ -108,12 +112,11 @@ def main(argv: list[str] | None = None) -> int:
             settings = get_settings()
         from backend.core.pools import pool_queue
         from backend.core.redis_conn import get_keys
-        from workers.celery_app import celery_app
+        from workers.nodes import run_nodes
 
-        celery_app.worker_main(["worker", "-Q", pool_queue(get_keys(), settings.worker_pool),
-                                "--loglevel", "INFO",
-                                "--concurrency", str(args.concurrency or settings.workers)])
-        return 0
+        return run_nodes(args.concurrency or settings.workers,
+                         pool_queue(get_keys(), settings.worker_pool),
+                         loglevel=args.loglevel, name=args.name, nice=settings.worker_nice)
     from backend.core.db import migrate, session_scope
 
     if args.command == "reset-password":

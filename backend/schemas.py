@@ -107,6 +107,21 @@ class JobExplanation(BaseModel):
         "and the jobs ahead of it; null when unknown")
 
 
+class JobResidency(BaseModel):
+    """How the job's chunks found their trainer: loaded on the slot or built again."""
+
+    checkpoint_iteration: int = Field(description="The iteration of the job's latest saved "
+                                      "state (its model download); a resident trainer may be "
+                                      "ahead of it")
+    restores: int = Field(description="Chunks that built the trainer and restored its state")
+    resident_chunks: int = Field(description="Chunks that stepped on the trainer left loaded "
+                                 "on their slot")
+    checkpoints_saved: int = Field(description="States written to the checkpoint store")
+    switch_seconds: float | None = Field(description="Measured cost of moving the job to "
+                                         "another slot: build, restore and save; null before "
+                                         "its first start")
+
+
 class JobPublic(BaseModel):
     id: int
     tenant_id: int
@@ -148,6 +163,8 @@ class JobPublic(BaseModel):
                                 "rule (end_reason says why); resumable by hand")
     trainer_output: str = Field("", description="The end (at most 64 KiB) of what uploaded "
                                 "trainer code printed in its last chunk; empty for others")
+    residency: JobResidency | None = Field(None, description="Where its trainer was found "
+                                           "chunk by chunk (resident or restored)")
 
 
 class Page(BaseModel, Generic[T]):

@@ -88,15 +88,19 @@ class Child:
 
 
 def children(settings: Settings) -> list[Child]:
+    from workers.nodes import node_argv
+
     py = sys.executable
     return [
         Child("api", [py, "-m", "backend.cli", "api"]),
         Child("scheduler", [py, "-m", "backend.cli", "scheduler"]),
-        Child("workers", [py, "-m", "celery", "-A", "workers.celery_app", "worker",
-                          "--concurrency", str(settings.workers), "--pool", "prefork",
-                          "-Q", pool_queue(RedisKeys(settings.redis_prefix), settings.worker_pool),
-                          "--loglevel", "WARNING", "--without-gossip",
-                          "--without-mingle", "-n", f"slaq-{os.getpid()}@%h"]),
+    ] + [
+        # One node per slot, so a job's chunks can be sent back to the process
+        # that holds its trainer (workers.nodes); each restarts on its own.
+        Child(f"worker-{i}", node_argv(
+            f"slaq-{os.getpid()}-{i}",
+            pool_queue(RedisKeys(settings.redis_prefix), settings.worker_pool), "WARNING"))
+        for i in range(settings.workers)
     ]
 
 

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init, worker_process_shutdown
+from celery.signals import (
+    celeryd_after_setup,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 
 from backend.core.leases import Heartbeats, local_slot_id
-from backend.core.pools import SlotInfo, detect_slot, pool_queue
+from backend.core.pools import SlotInfo, detect_slot, pool_queue, slot_queue
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.settings import get_settings
 from workers.datasets import preload as preload_datasets
@@ -44,6 +50,28 @@ def make_celery() -> Celery:
 
 celery_app = make_celery()
 
+SLOT_QUEUE_ENV = "SLAQ_SLOT_QUEUE"
+"""Set by a one-slot worker node for its pool process: the queue it advertises."""
+
+
+@celeryd_after_setup.connect
+def _consume_slot_queue(sender: str, instance: Any, **_: Any) -> None:
+    """A worker node of one slot also takes chunks sent to it by name: the
+    scheduler sends a job's next chunk to the slot that holds its trainer.
+
+    A node of several slots cannot say which of its processes takes a
+    message, so it advertises no queue and takes its pool's chunks only
+    (its trainers still stay resident, when luck brings their jobs back).
+    """
+    if int(getattr(instance, "concurrency", 1) or 1) != 1:
+        log.warning("worker %s runs %s slots in one node: jobs cannot be sent back to the "
+                    "slot that holds their trainer (run one node per slot: slaq worker)",
+                    sender, instance.concurrency)
+        return
+    queue = slot_queue(get_keys(), get_settings().worker_pool, sender)
+    instance.app.amqp.queues.select_add(queue)
+    os.environ[SLOT_QUEUE_ENV] = queue
+
 _stop = threading.Event()
 
 HEARTBEAT_MISSES = 3
@@ -59,7 +87,7 @@ def _heartbeat_loop() -> None:
     settings = get_settings()
     beats = Heartbeats(get_redis(), get_keys())
     ttl = settings.heartbeat_seconds * HEARTBEAT_MISSES
-    advert: SlotInfo = detect_slot(settings.worker_pool)
+    advert: SlotInfo = detect_slot(settings.worker_pool, os.environ.get(SLOT_QUEUE_ENV, ""))
     while not _stop.is_set():
         try:
             beats.beat(slot_id(), ttl, advert)

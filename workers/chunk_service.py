@@ -2,14 +2,20 @@
 
 Order of effects, chosen so that a crash anywhere loses nothing:
 1. check the lease and the job's chunk_seq (a stale or duplicate chunk stops);
-2. restore the trainer from the checkpoint the database names;
+2. take the trainer left resident on this slot when it stands exactly at the
+   job's committed progress; otherwise write and let go of the slot's other
+   job and restore this one from the checkpoint the database names
+   (:mod:`workers.resident`);
 3. run the granted iterations, streaming points to Redis for live charts;
-4. write the new checkpoint file (named by iteration, atomic rename);
+4. when the job ends or ``checkpoint_seconds`` have passed since the last
+   save, write the checkpoint file (named by iteration, atomic rename);
 5. one DB transaction, fenced by chunk_seq: insert loss points (duplicates
-   ignored), move checkpoint_iteration and progress forward, set the status;
-6. release the lease and wake the scheduler.
-Training is deterministic from a checkpoint, so re-running a chunk whose
-commit never happened reproduces exactly the same points.
+   ignored), move progress (and checkpoint_iteration, if saved) forward, set
+   the status;
+6. record this slot as the job's holder, release the lease, wake the scheduler.
+Training is deterministic from a checkpoint, so re-running from it (a chunk
+whose commit never happened, or a job that moved) reproduces exactly the
+points already stored.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from backend.core.redis_keys import RedisKeys
 from workers.checkpoints import CheckpointStore
 from workers.iterations import Iterations, Point, Sample, run_iterations
 from workers.metrics import observe_chunk
+from workers.resident import SLOT, Resident, StateWriter, close_quietly
 from workers.stopping import StopRule, Verdict
 from workers.trainer_loading import load_trainer
 from workers.trainers.contract import Trainer
@@ -72,10 +79,22 @@ class _Run:
     evaluations: list[Sample] = field(default_factory=list)
     output: str | None = None
     verdict: Verdict | None = None
-    state: bytes | None = None
     iteration: int = 0
     error: str | None = None
     abandoned: bool = False
+    trainer: Resident | None = None
+    """The trainer the chunk ran; closed unless ``keep`` leaves it resident."""
+    keep: Resident | None = None
+    resident: bool = False
+    """It stepped on the trainer left on this slot."""
+    restored: bool = False
+    """It built the trainer (and restored the checkpoint)."""
+    saved: bool = False
+    """It wrote the state at ``saved_iteration``."""
+    saved_iteration: int | None = None
+    save_seconds: float | None = None
+    start_seconds: float | None = None
+    switch_seconds: float | None = None
 
 
 @dataclass
@@ -85,13 +104,16 @@ class ChunkContext:
     keys: RedisKeys
     checkpoints: CheckpointStore
     lease_seconds: float
+    checkpoint_seconds: float = 30.0
+    """A resident trainer's state is written at a chunk's end at most this often."""
 
 
 def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> ChunkOutcome:
     began = time.perf_counter()
     leases = Leases(ctx.redis, ctx.keys)
+    slot = local_slot_id()
     # Claimed for this slot, so the scheduler can reclaim it once we stop heartbeating.
-    holder = leases.claim(job_id, chunk_seq, local_slot_id())
+    holder = leases.claim(job_id, chunk_seq, slot)
     if holder != chunk_seq:
         return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, f"lease held by {holder}")
     with Session(ctx.engine, expire_on_commit=False) as session:
@@ -101,61 +123,89 @@ def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> Ch
         ):
             leases.release(job_id, chunk_seq)
             return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, "job moved on")
-        rule = StopRule(job.max_iterations, job.target_loss, job.tolerance,
-                        job.convergence_window, job.quality_metric)
-        # The convergence test spans chunks: it needs the losses just before this one.
-        recent = session.execute(
-            select(col(LossRecord.loss))
-            .where(col(LossRecord.job_id) == job_id,
-                   col(LossRecord.iteration) <= job.checkpoint_iteration)
-            .order_by(col(LossRecord.iteration).desc())
-            .limit(rule.window + 1)
-        ).all()
-        quality = [] if rule.metric == "loss" else session.execute(
-            select(col(MetricRecord.value))
-            .where(col(MetricRecord.job_id) == job_id, col(MetricRecord.split) == "eval",
-                   col(MetricRecord.name) == rule.metric,
-                   col(MetricRecord.iteration) <= job.checkpoint_iteration)
-            .order_by(col(MetricRecord.iteration).desc())
-            .limit(rule.window + 1)
-        ).all()
-    history = [float(r[0]) for r in reversed(recent)]
-    quality_history = [float(r[0]) for r in reversed(quality)]
-    run = _train(ctx, job, chunk_seq, budget, rule, history, quality_history, leases)
+    with SLOT.lock:
+        return _run_on_slot(ctx, job, chunk_seq, budget, leases, slot, began)
+
+
+def _run_on_slot(ctx: ChunkContext, job: Job, seq: int, budget: int, leases: Leases,
+                 slot: str, began: float) -> ChunkOutcome:
+    job_id = job.id or 0
+    writer = StateWriter(ctx, slot)
+    res, how = _trainer_for(ctx, job, writer)
+    if isinstance(res, _Run):  # could not start: fails this job only
+        run = res
+    else:
+        run = _train(ctx, job, seq, budget, res, how, leases)
+        _settle(ctx, writer, res, run)
     if run.abandoned:
-        return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, "lease expired while running")
-    if run.state is not None:
-        ctx.checkpoints.save(job_id, run.iteration, run.state)
-    status = _commit(ctx, job, chunk_seq, run)
+        _drop(writer, run)  # another slot may own the job by now
+        return ChunkOutcome(job_id, seq, Outcome.discarded, "lease expired while running")
+    try:
+        status = _commit(ctx, job, seq, run)
+    except Exception as exc:
+        # The job fails alone, once, instead of its chunk being lost and re-run for ever.
+        log.exception("job %s: storing chunk %s failed", job_id, seq)
+        _drop(writer, run)
+        status = _fail_uncommitted(ctx, job, seq, f"storing its chunk failed: "
+                                                  f"{type(exc).__name__}")
     if status is None:
-        leases.release(job_id, chunk_seq)
-        return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, "fenced off by a newer chunk")
-    if run.state is not None:
-        ctx.checkpoints.prune(job_id, run.iteration)
-    leases.release(job_id, chunk_seq)
+        _drop(writer, run)
+        leases.release(job_id, seq)
+        return ChunkOutcome(job_id, seq, Outcome.discarded, "fenced off by a newer chunk")
+    if run.saved and run.saved_iteration is not None:
+        # Safe under the lease: no other slot is restoring this job now.
+        ctx.checkpoints.prune(job_id, run.saved_iteration)
+    if run.keep is not None:
+        # Before the lease goes: the next chunk's placement reads it.
+        run.keep.iteration = run.iteration
+        run.keep.idle_since = time.monotonic()
+        SLOT.current = run.keep
+        writer.residency.hold(job_id, slot)
+    else:
+        _drop(writer, run)
+    leases.release(job_id, seq)
     publish_job_event(ctx.redis, ctx.keys, job_id=job_id, tenant_id=job.tenant_id,
                       status=status, iterations_done=run.iteration)
-    wake_scheduler(ctx.redis, ctx.keys, f"chunk {job_id}:{chunk_seq}")
+    wake_scheduler(ctx.redis, ctx.keys, f"chunk {job_id}:{seq}")
     observe_chunk(ctx.redis, ctx.keys, began, run.points)
     outcome = Outcome.failed if status == JobStatus.failed else Outcome.ran
-    return ChunkOutcome(job_id, chunk_seq, outcome, run.error or "", len(run.points), status)
+    return ChunkOutcome(job_id, seq, outcome, run.error or "", len(run.points), status)
 
 
-def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, rule: StopRule,
-           history: list[float], quality_history: list[float], leases: Leases) -> _Run:
+def _drop(writer: StateWriter, run: _Run) -> None:
+    """Close a trainer this chunk will not leave resident."""
+    res = run.keep or run.trainer
+    run.keep = None
+    if res is not None:
+        close_quietly(res)
+        writer.residency.release(res.job_id, writer.slot_id)
+
+
+def _trainer_for(ctx: ChunkContext, job: Job, writer: StateWriter) -> tuple[Resident | _Run, str]:
+    """The job's trainer on this slot: the resident one when it is exactly at the
+    job's committed progress, else built and restored from its checkpoint (after
+    the slot's previous job, if any, is written and let go)."""
+    job_id = job.id or 0
+    current = SLOT.take()
+    if current is not None:
+        if current.job_id == job_id and current.iteration == job.iterations_done and \
+                writer.residency.holder(job_id) == writer.slot_id:
+            return current, "resident"
+        # Another job's, or this job's but behind what another slot committed since.
+        writer.let_go(current, save=current.job_id != job_id)
     start = job.checkpoint_iteration
+    began = time.perf_counter()
     try:
         trainer = _load_trainer(ctx, job)
     except Exception as exc:  # a broken spec or store fails this job only
-        log.exception("job %s could not start its chunk", job.id)
+        log.exception("job %s could not start its chunk", job_id)
         return _Run(iteration=start,
                     verdict=Verdict("failed", f"could not start: {type(exc).__name__}: {exc}"),
-                    error=str(exc), output=_output_of(exc))
-    try:
-        return _train_with(ctx, job, seq, budget, rule, history, quality_history, leases,
-                           trainer)
-    finally:
-        trainer.close()
+                    error=str(exc), output=_output_of(exc)), "failed"
+    now = time.monotonic()
+    return Resident(job_id=job_id, trainer=trainer, iteration=start, saved_iteration=start,
+                    saved_at=now, start_seconds=time.perf_counter() - began,
+                    idle_since=now), "restored"
 
 
 def _output_of(source: object) -> str | None:
@@ -166,17 +216,26 @@ def _output_of(source: object) -> str | None:
     return output if isinstance(output, str) else None
 
 
-def _train_with(ctx: ChunkContext, job: Job, seq: int, budget: int, rule: StopRule,
-                history: list[float], quality_history: list[float], leases: Leases,
-                trainer: Trainer) -> _Run:
-    start = job.checkpoint_iteration
+def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, res: Resident, how: str,
+           leases: Leases) -> _Run:
+    start = res.iteration
+    if how == "restored":
+        # A job that moved re-runs from its checkpoint to where it was, then
+        # makes the progress it was granted.
+        budget += max(job.iterations_done - start, 0)
+    rule = StopRule(job.max_iterations, job.target_loss, job.tolerance,
+                    job.convergence_window, job.quality_metric)
+    history, quality_history = _recent(ctx, job, rule, start)
     live = _LiveTicker(ctx, job.id or 0, seq, leases)
+    trainer = res.trainer
     result = run_iterations(trainer, rule, budget, live.tick, start=start, history=history,
                             initial=job.initial_loss, eval_every=job.eval_every,
                             quality_history=quality_history)
     run = _Run(points=result.points, metrics=result.metrics, evaluations=result.evaluations,
                verdict=result.verdict, iteration=result.iteration,
-               output=_output_of(trainer))
+               output=_output_of(trainer), trainer=res,
+               resident=how == "resident", restored=how == "restored",
+               start_seconds=res.start_seconds if how == "restored" else None)
     if result.stopped:
         run.abandoned = True
         return run
@@ -189,14 +248,63 @@ def _train_with(ctx: ChunkContext, job: Job, seq: int, budget: int, rule: StopRu
         run.output = _output_of(trainer) or _output_of(error)
         return run
     live.flush(run.points)
-    if run.verdict is None or run.verdict.status == "completed":
-        run.state = trainer.state()
-    else:
+    if run.verdict is not None and run.verdict.status != "completed":
         # A NaN/divergent step poisons the model: keep the last good checkpoint
         # and only the finite points before it.
         run.points = [p for p in run.points if math.isfinite(p[1])]
         run.iteration = start
     return run
+
+
+def _recent(ctx: ChunkContext, job: Job, rule: StopRule,
+            start: int) -> tuple[list[float], list[float]]:
+    """The losses (and quality values) just before ``start``: the convergence
+    test spans chunks."""
+    with Session(ctx.engine) as session:
+        recent = session.execute(
+            select(col(LossRecord.loss))
+            .where(col(LossRecord.job_id) == job.id, col(LossRecord.iteration) <= start)
+            .order_by(col(LossRecord.iteration).desc())
+            .limit(rule.window + 1)
+        ).all()
+        quality = [] if rule.metric == "loss" else session.execute(
+            select(col(MetricRecord.value))
+            .where(col(MetricRecord.job_id) == job.id, col(MetricRecord.split) == "eval",
+                   col(MetricRecord.name) == rule.metric,
+                   col(MetricRecord.iteration) <= start)
+            .order_by(col(MetricRecord.iteration).desc())
+            .limit(rule.window + 1)
+        ).all()
+    return [float(r[0]) for r in reversed(recent)], [float(r[0]) for r in reversed(quality)]
+
+
+def _settle(ctx: ChunkContext, writer: StateWriter, res: Resident, run: _Run) -> None:
+    """After the steps: write the state when the job ends or the cadence is due,
+    and decide whether the trainer stays resident. Any exception of the
+    trainer's here fails the job with its reason."""
+    if run.abandoned or run.error is not None or (
+            run.verdict is not None and run.verdict.status != "completed"):
+        return  # dropped: the last good checkpoint stays in force
+    res.iteration = run.iteration
+    ended = run.verdict is not None
+    due = time.monotonic() - res.saved_at >= ctx.checkpoint_seconds
+    if res.dirty and (ended or due):
+        try:
+            writer.save(res)
+        except Exception as exc:
+            log.exception("job %s: state() failed", res.job_id)
+            run.verdict = Verdict("failed", f"saving its state failed at iteration "
+                                            f"{run.iteration}: {type(exc).__name__}: {exc}")
+            run.error = str(exc)
+            run.output = _output_of(res.trainer) or _output_of(exc)
+            run.iteration = res.saved_iteration
+            return
+        run.saved = True
+    run.saved_iteration = res.saved_iteration
+    run.save_seconds = res.save_seconds
+    run.switch_seconds = res.switch_seconds
+    if not ended:
+        run.keep = res
 
 
 def _load_trainer(ctx: ChunkContext, job: Job) -> Trainer:
@@ -276,6 +384,19 @@ def _commit(ctx: ChunkContext, job: Job, seq: int, run: _Run) -> str | None:
                        f"after {COMMIT_ATTEMPTS} attempts")
 
 
+def _fail_uncommitted(ctx: ChunkContext, job: Job, seq: int, reason: str) -> str | None:
+    """Fail the job without its chunk's points, fenced by chunk_seq like a commit."""
+    with Session(ctx.engine) as session:
+        result = cast(CursorResult[Any], session.execute(
+            update(Job)
+            .where(col(Job.id) == job.id, col(Job.chunk_seq) == seq,
+                   col(Job.status).not_in([JobStatus.completed, JobStatus.failed]))
+            .values(status=JobStatus.failed, error=reason, end_reason=reason,
+                    finished_at=utcnow())))
+        session.commit()
+    return JobStatus.failed if result.rowcount == 1 else None
+
+
 def _progress_values(current: Job, run: _Run) -> dict[str, Any]:
     values: dict[str, Any] = {}
     good = [p for p in run.points if math.isfinite(p[1])]
@@ -290,9 +411,15 @@ def _progress_values(current: Job, run: _Run) -> dict[str, Any]:
         values["last_eval"] = dict(run.evaluations[-1][1], iteration=run.evaluations[-1][0])
     if run.output is not None:
         values["trainer_output"] = run.output
-    values["checkpoint_iteration"] = run.iteration
+    if run.saved and run.saved_iteration is not None:
+        values["checkpoint_iteration"] = run.saved_iteration
+        values["checkpoints_saved"] = current.checkpoints_saved + 1
     last_reported = good[-1][0] if good else 0
     values["iterations_done"] = max(run.iteration, last_reported, current.checkpoint_iteration)
+    values["restores"] = current.restores + int(run.restored)
+    values["resident_chunks"] = current.resident_chunks + int(run.resident)
+    if run.switch_seconds is not None:
+        values["switch_seconds"] = run.switch_seconds
     values["attained_seconds"] = current.attained_seconds + sum(p[2] for p in run.points)
     values["chunks_run"] = current.chunks_run + 1
     status = current.status

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
+from typing import Any
+
+from celery.signals import worker_process_init, worker_process_shutdown
 
 from backend.core.db import get_engine
+from backend.core.leases import local_slot_id
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.settings import get_settings
 from backend.core.task_names import RUN_CHUNK_TASK
@@ -12,6 +17,9 @@ from workers.celery_app import celery_app
 from workers.checkpoints import CheckpointStore
 from workers.chunk_service import ChunkContext, run_chunk
 from workers.metrics import count_error, count_outcome
+from workers.resident import IdleSaver, StateWriter, shut_down
+
+log = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=1)
@@ -23,7 +31,31 @@ def _context() -> ChunkContext:
         keys=get_keys(),
         checkpoints=CheckpointStore(settings.effective_checkpoint_dir),
         lease_seconds=settings.lease_seconds,
+        checkpoint_seconds=settings.checkpoint_seconds,
     )
+
+
+_idle: list[IdleSaver] = []
+
+
+@worker_process_init.connect
+def _start_idle_saver(**_: Any) -> None:
+    """Each slot process writes and lets go of the trainer its job left behind."""
+    saver = IdleSaver(StateWriter(_context(), local_slot_id()),
+                      get_settings().idle_save_seconds)
+    saver.start()
+    _idle.append(saver)
+
+
+@worker_process_shutdown.connect
+def _write_resident(**_: Any) -> None:
+    """A slot stopping cleanly writes its resident job, so nothing is re-run."""
+    for saver in _idle:
+        saver.stop()
+    try:
+        shut_down(StateWriter(_context(), local_slot_id()))
+    except Exception:
+        log.exception("could not write the resident trainer at shutdown")
 
 
 @celery_app.task(name=RUN_CHUNK_TASK, acks_late=True)

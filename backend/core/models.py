@@ -131,6 +131,15 @@ class Job(SQLModel, table=True):
     otherwise (see :mod:`backend.scheduling.placement`)."""
     pool: str | None = Field(default=None, max_length=40)
     """The worker pool of the job's latest chunk."""
+    restores: int = 0
+    """Chunks that had to build the trainer (and restore its checkpoint) on their slot."""
+    resident_chunks: int = 0
+    """Chunks that stepped on the trainer left loaded on their slot by the chunk before."""
+    checkpoints_saved: int = 0
+    """States written to the checkpoint store (on leaving a slot, at the cadence, at the end)."""
+    switch_seconds: float | None = None
+    """What moving the job to another slot costs, measured: build + restore of its
+    latest start on a slot plus writing its state (the last save)."""
 
 
 class WorkerPool(SQLModel, table=True):

@@ -40,6 +40,10 @@ class SlotInfo:
     memory_mb: int = 0
     gpu: str | None = None
     gpu_memory_mb: int = 0
+    queue: str = ""
+    """The slot's own Celery queue: a chunk sent there runs in this very
+    process, where the job's trainer may still be loaded. Empty for a worker
+    without one (an older worker): it takes chunks from its pool's queue only."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -54,7 +58,8 @@ class SlotInfo:
             return cls(pool=str(data.get("pool") or DEFAULT_POOL), host=str(data.get("host", "")),
                        cores=int(data.get("cores", 0)), memory_mb=int(data.get("memory_mb", 0)),
                        gpu=data.get("gpu") or None,
-                       gpu_memory_mb=int(data.get("gpu_memory_mb", 0)))
+                       gpu_memory_mb=int(data.get("gpu_memory_mb", 0)),
+                       queue=str(data.get("queue") or ""))
         except (ValueError, TypeError, AttributeError):
             return cls()
 
@@ -72,6 +77,11 @@ def pool_queue(keys: RedisKeys, pool: str) -> str:
     chunks queued before an upgrade are still taken.
     """
     return keys.chunk_queue if pool == DEFAULT_POOL else f"{keys.chunk_queue}.{pool}"
+
+
+def slot_queue(keys: RedisKeys, pool: str, node: str) -> str:
+    """The queue only the worker node ``node`` (one slot: concurrency 1) consumes."""
+    return f"{pool_queue(keys, pool)}.slot.{node}"
 
 
 def _gpu_from_env(value: str) -> tuple[str | None, int]:
@@ -105,7 +115,7 @@ def detect_gpu() -> tuple[str | None, int]:
     return name.strip(), int(float(memory.strip() or 0))
 
 
-def detect_slot(pool: str) -> SlotInfo:
+def detect_slot(pool: str, queue: str = "") -> SlotInfo:
     """This host's resources, advertised by each of its slots in ``pool``."""
     try:
         cores = len(os.sched_getaffinity(0))
@@ -114,4 +124,4 @@ def detect_slot(pool: str) -> SlotInfo:
     memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
     gpu, gpu_memory_mb = detect_gpu()
     return SlotInfo(pool=pool, host=socket.gethostname(), cores=cores, memory_mb=int(memory_mb),
-                    gpu=gpu, gpu_memory_mb=gpu_memory_mb)
+                    gpu=gpu, gpu_memory_mb=gpu_memory_mb, queue=queue)

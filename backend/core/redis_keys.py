@@ -54,6 +54,13 @@ class RedisKeys:
         the live slots are listed."""
         return f"{self.prefix}:worker-info"
 
+    @property
+    def resident(self) -> str:
+        """Hash job_id -> the worker slot id whose process holds the job's trainer
+        loaded (resident) since its last committed chunk; placement sends the
+        job's next chunk there (:mod:`backend.core.residency`)."""
+        return f"{self.prefix}:resident"
+
     def job_stream(self, job_id: int) -> str:
         """Stream of loss points (fields: iteration, loss, seconds) for live charts."""
         return f"{self.prefix}:stream:job:{job_id}"

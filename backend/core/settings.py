@@ -60,6 +60,15 @@ class Settings(BaseSettings):
         "mean completion near fair). A platform admin changes it on the admin page")
     max_iterations_limit: int = Field(1_000_000, ge=1, description="Hard cap on any job")
     checkpoint_dir: Path | None = None
+    checkpoint_seconds: float = Field(
+        30.0, gt=0,
+        description="A resident trainer's state is written to the checkpoint store when its "
+        "job leaves the slot, and otherwise at a chunk's end at most this often: what a "
+        "worker crash can cost in compute (never in loss points)")
+    idle_save_seconds: float = Field(
+        2.0, gt=0,
+        description="A slot whose resident job has not been granted again for this long "
+        "writes that job's state (and lets it go once the job is paused, cancelled or over)")
     task_time_limit: int = Field(300, ge=1, description="Hard Celery time limit per chunk")
     api_processes: int = Field(
         1, ge=1, le=64,

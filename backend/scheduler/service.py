@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -34,9 +34,10 @@ from backend.core.fits import fit_payload, publish_fits
 from backend.core.leases import Heartbeats, Leases
 from backend.core.models import Decision, Job, JobStatus, Tenant, utcnow
 from backend.core.notify import publish_job_event
-from backend.core.pools import DEFAULT_POOL
+from backend.core.pools import DEFAULT_POOL, SlotInfo
 from backend.core.portal_settings import PolicyChoice, policy_choice
 from backend.core.redis_keys import RedisKeys
+from backend.core.residency import Residency
 from backend.scheduler.experiment_stopping import ExperimentStopper
 from backend.scheduler.history import HistoryCache
 from backend.scheduler.metrics import observe_reclaimed, observe_round
@@ -54,6 +55,7 @@ from backend.scheduling.placement import place, waiting_for_pools
 from backend.scheduling.policies.slaq import SWEEP_WARMUP_SHARE, WARMUP_SHARE
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, make_policy
+from backend.scheduling.residency import SlotView, amortised, assign_slots
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
 
 log = logging.getLogger(__name__)
@@ -72,7 +74,10 @@ CHUNK_TIMES_KEPT = 50
 
 
 class ChunkSender(Protocol):
-    def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str) -> None: ...
+    """Sends a chunk to ``queue`` (a slot's own) when given, else to the pool's queue."""
+
+    def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str,
+                 queue: str = "") -> None: ...
 
 
 @dataclass
@@ -124,6 +129,12 @@ class Scheduler:
         # chunks: what "starts in about N s" is estimated from.
         self._dispatched_at: dict[int, float] = {}
         self._chunk_times: deque[float] = deque(maxlen=CHUNK_TIMES_KEPT)
+        # Residency: which slot holds which job's trainer, the slots free this
+        # round, and where chunks not yet claimed were sent.
+        self.residency = Residency(client, keys)
+        self._resident: dict[int, str] = {}
+        self._free: list[SlotView] = []
+        self._sent_to: dict[int, str] = {}
 
     def stand_by(self) -> None:
         """Drop the in-memory state while another scheduler grants: events would
@@ -162,6 +173,7 @@ class Scheduler:
             claims = self.leases.claimed_slots()
             adverts = self.heartbeats.alive_info()
             alive = set(adverts)
+            self._plan_slots(live, claims, adverts)
             self._note_finished_chunks(live)
             tenants = self._tenants(session)
             # Counted in ``live`` from here on, like any chunk in flight.
@@ -368,7 +380,35 @@ class Scheduler:
                         name, grant.iterations, grant.job_id, reason)
         placed = [replace(grant, pool=pool or DEFAULT_POOL)
                   for grant, pool in place(snapshot, ok)][:snapshot.free_slots]
-        return [g for g in placed if self._dispatch(session, g, name)], rejected
+        dispatched = []
+        views = {job.job_id: job for job in snapshot.jobs}
+        for grant, slot in assign_slots(placed, self._free, self._resident):
+            if grant.job_id in views:
+                grant = amortised(grant, views[grant.job_id], slot, self._resident)
+            if self._dispatch(session, grant, name, slot):
+                dispatched.append(grant)
+                if slot is not None:
+                    self._free.remove(slot)
+                    self._sent_to[grant.job_id] = slot.slot_id
+        return dispatched, rejected
+
+    def _plan_slots(self, live: set[int], claims: dict[int, str],
+                    adverts: Mapping[str, SlotInfo]) -> None:
+        """This round's free slots, each with the job whose trainer it holds.
+
+        A slot is busy while a chunk it claimed, or one sent to it and not yet
+        claimed, is in flight. Entries of slots gone from the heartbeats are
+        dropped: their trainers died with them.
+        """
+        self._sent_to = {j: s for j, s in self._sent_to.items() if j in live}
+        busy = {claims[j] for j in live if j in claims}
+        busy.update(s for j, s in self._sent_to.items() if j not in claims)
+        resident = self.residency.where()
+        self.residency.forget_slots({s for s in resident.values() if s not in adverts})
+        self._resident = {j: s for j, s in resident.items() if s in adverts}
+        holds = {s: j for j, s in self._resident.items()}
+        self._free = [SlotView(slot, info.pool, info.queue, holds.get(slot))
+                      for slot, info in adverts.items() if slot not in busy]
 
     @staticmethod
     def _after(snapshot: Snapshot, grants: list[Grant]) -> Snapshot:
@@ -442,7 +482,8 @@ class Scheduler:
         observe_reclaimed(self.redis, self.keys, session, reclaimed)
         return reclaimed
 
-    def _dispatch(self, session: Session, grant: Grant, policy: str) -> bool:
+    def _dispatch(self, session: Session, grant: Grant, policy: str,
+                  slot: SlotView | None = None) -> bool:
         if not self.may_grant():
             return False
         row = self.state.rows.get(grant.job_id)
@@ -474,7 +515,8 @@ class Scheduler:
         self._dispatched_at[grant.job_id] = time.monotonic()
         # Lease before message: a worker only runs a chunk whose lease it sees.
         self.leases.acquire(grant.job_id, seq, self.lease_seconds)
-        self.send(grant.job_id, seq, grant.iterations, grant.pool)
+        self.send(grant.job_id, seq, grant.iterations, grant.pool,
+                  queue=slot.queue if slot is not None else "")
         publish_job_event(self.redis, self.keys, job_id=grant.job_id, tenant_id=row.tenant_id,
                           status=JobStatus.running, reason=grant.reason)
         return True

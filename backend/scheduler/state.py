@@ -11,7 +11,7 @@ runnable job and, each round, reads only what may have changed:
 * every job the database or Redis says is running (at most one per slot), so
   a completion is seen even without its event;
 * every ``reconcile_seconds`` (and after a lost subscription) a scan of four
-  narrow columns (id, status, chunk_seq, checkpoint) of all queued/running
+  narrow columns (id, status, chunk_seq, progress) of all queued/running
   jobs, re-reading only the rows that differ, so a lost event (a pause of a
   queued job while Redis was away) costs at most that long.
 
@@ -46,10 +46,11 @@ log = logging.getLogger(__name__)
 RUNNABLE = (JobStatus.queued, JobStatus.running)
 
 _COLUMNS = (col(Job.id), col(Job.tenant_id), col(Job.status), col(Job.created_at),
-            col(Job.waiting_since), col(Job.checkpoint_iteration), col(Job.max_iterations),
+            col(Job.waiting_since), col(Job.iterations_done), col(Job.max_iterations),
             col(Job.attained_seconds), col(Job.chunks_run), col(Job.initial_loss),
             col(Job.chunk_seq), col(Job.algorithm), col(Job.dataset), col(Job.quality_metric),
-            col(Job.eval_every), col(Job.requirements), col(Job.pool), col(Job.experiment_id))
+            col(Job.eval_every), col(Job.requirements), col(Job.pool), col(Job.experiment_id),
+            col(Job.switch_seconds))
 
 def _epoch(moment: datetime | None) -> float:
     return 0.0 if moment is None else as_utc(moment).timestamp()
@@ -77,6 +78,7 @@ class JobRow:
     requirements: Requirements = Requirements()
     pool: str | None = None
     experiment_id: int | None = None
+    switch_seconds: float = 0.0
 
     @classmethod
     def of(cls, row: Any) -> JobRow:
@@ -85,7 +87,7 @@ class JobRow:
                    None if row[9] is None else float(row[9]), int(row[10]), str(row[11]),
                    str(row[12]), str(row[13] or TRAINING_LOSS), int(row[14] or 0),
                    requirements_from(row[15] or {}), row[16],
-                   None if row[17] is None else int(row[17]))
+                   None if row[17] is None else int(row[17]), float(row[18] or 0.0))
 
     @property
     def kind(self) -> tuple[str, str]:
@@ -224,7 +226,7 @@ class JobState:
         # costs more than these narrow rows.
         for found, status, seq, done in session.connection().execute(
                 select(col(Job.id), col(Job.status), col(Job.chunk_seq),
-                       col(Job.checkpoint_iteration))
+                       col(Job.iterations_done))
                 .where(col(Job.status).in_(RUNNABLE))).all():
             job_id = int(found or 0)
             seen.add(job_id)
@@ -378,6 +380,7 @@ class JobState:
             requirements=row.requirements,
             pool=row.pool,
             experiment_id=row.experiment_id,
+            switch_seconds=row.switch_seconds,
         )
         self._views[job_id] = (key, view)
         return view

@@ -103,6 +103,8 @@ class JobView:
     pool: str | None = None
     # The experiment (sweep) the job is a configuration of, if any.
     experiment_id: int | None = None
+    # Measured seconds a move to another slot costs it (build, restore, save); 0 unknown.
+    switch_seconds: float = 0.0
     history: LossHistory = field(default=EMPTY, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -18,7 +18,7 @@ from backend.core.models import (
     utcnow,
 )
 from backend.core.settings import get_settings
-from backend.schemas import JobCreate, JobPublic, LossHistory, StoppingRule
+from backend.schemas import JobCreate, JobPublic, JobResidency, LossHistory, StoppingRule
 from backend.services.job_explanation import explain_job
 from backend.services.pools import (
     known_pools,
@@ -217,6 +217,10 @@ def to_public(job: Job, waiting: dict[str, Any] | None = None) -> JobPublic:
         experiment_id=job.experiment_id,
         stopped_early=job.stopped_early,
         trainer_output=job.trainer_output,
+        residency=JobResidency(checkpoint_iteration=job.checkpoint_iteration,
+                               restores=job.restores, resident_chunks=job.resident_chunks,
+                               checkpoints_saved=job.checkpoints_saved,
+                               switch_seconds=job.switch_seconds),
     )
 
 

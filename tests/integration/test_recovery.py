@@ -211,10 +211,14 @@ def test_sigkilled_celery_main_process_chunks_are_reclaimed_by_heartbeat(
     # Both pool processes mid-chunk, each chunk claimed for its slot.
     wait_until(lambda: len(client.hgetall(portal.keys.lease_slots)) == 2, 60,
                "both slots to run a chunk", interval=0.02)
-    main = portal.procs["workers"]
+    # Each slot is a Celery node of its own (workers.nodes): kill every
+    # node's main process, as a host losing its workers would.
+    nodes = portal.worker_nodes()
+    assert len(nodes) == 2
     killed_at = time.time()
-    os.kill(main.pid, signal.SIGKILL)
-    main.wait()
+    for node in nodes:
+        os.kill(node, signal.SIGKILL)
+    portal.procs["workers"].wait()
     try:
         victims: dict[int, int] = {}
         # redis-py types every reply as a union over its sync and async clients.
@@ -255,7 +259,8 @@ def test_sigkilled_celery_main_process_chunks_are_reclaimed_by_heartbeat(
         assert new_slots and not new_slots & set(children)
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(main.pid, signal.SIGKILL)  # orphans, if the check above failed
+            # Orphans, if the check above failed.
+            os.killpg(portal.procs["workers"].pid, signal.SIGKILL)
 
 
 def test_of_two_schedulers_started_together_exactly_one_grants(

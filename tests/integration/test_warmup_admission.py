@@ -22,7 +22,8 @@ SLOTS = 2
 
 
 class Sent(list[int]):
-    def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str = "") -> None:
+    def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str = "",
+                 queue: str = "") -> None:
         self.append(job_id)
 
 

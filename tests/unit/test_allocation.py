@@ -98,7 +98,8 @@ class OverGrant:
 
 
 class Sent(list[tuple[int, int, int]]):
-    def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str = "") -> None:
+    def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str = "",
+                 queue: str = "") -> None:
         self.append((job_id, chunk_seq, iterations))
 
 

@@ -20,7 +20,7 @@ import redis
 from backend.core.db import engine_for, migrate, session_scope
 from backend.core.leases import Heartbeats
 from backend.core.models import ApiToken, Role
-from backend.core.pools import DEFAULT_POOL, pool_queue
+from backend.core.pools import DEFAULT_POOL
 from backend.core.redis_conn import free_port
 from backend.core.redis_keys import RedisKeys
 from backend.security import hash_token, new_api_token, token_display_prefix
@@ -71,11 +71,10 @@ class Portal:
         env = {"WORKER_POOL": pool, **(extra_env or {})}
         if gpu is not None:
             env["WORKER_GPU"] = gpu
-        self._spawn(name, [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
-                           "--concurrency", str(concurrency), "--pool", "prefork", "-Q",
-                           pool_queue(self.keys, pool), "--loglevel", "INFO", "--without-gossip",
-                           "--without-mingle", "--without-heartbeat",
-                           "-n", f"{name}-{os.getpid()}@%h"], env)
+        # One Celery node per slot, as `slaq worker` runs them (workers.nodes).
+        self._spawn(name, [sys.executable, "-m", "backend.cli", "worker",
+                           "--concurrency", str(concurrency), "--loglevel", "INFO",
+                           "--name", f"{name}-{os.getpid()}"], env)
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
         proc = self.procs.pop(name, None)
@@ -111,6 +110,12 @@ class Portal:
                 return
             time.sleep(0.2)
         raise TimeoutError(f"fewer than {n} worker slots after {timeout}s; see {self.logs}")
+
+    def worker_nodes(self, name: str = "workers") -> list[int]:
+        """The Celery main process of each slot node started as ``name``."""
+        import psutil
+
+        return [child.pid for child in psutil.Process(self.procs[name].pid).children()]
 
     def slot_pids(self) -> list[int]:
         return [int(s.rsplit(":", 1)[1]) for s in Heartbeats(self.redis(), self.keys).alive()]
