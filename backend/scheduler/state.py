@@ -50,7 +50,21 @@ _COLUMNS = (col(Job.id), col(Job.tenant_id), col(Job.status), col(Job.created_at
             col(Job.attained_seconds), col(Job.chunks_run), col(Job.initial_loss),
             col(Job.chunk_seq), col(Job.algorithm), col(Job.dataset), col(Job.quality_metric),
             col(Job.eval_every), col(Job.requirements), col(Job.pool), col(Job.experiment_id),
-            col(Job.switch_seconds))
+            col(Job.switch_seconds), col(Job.params), col(Job.dataset_params))
+
+def shape_key(params: Any, dataset_params: Any) -> str:
+    """What sets a job's seconds per iteration, as a key: its integer and
+    text settings (widths, layers, batch size, data size), not its floats.
+
+    Jobs share speed estimates per (algorithm, dataset, shape): a sweep over
+    learning rates shares one, while a 33M-parameter MLP does not inherit the
+    speed of a 0.1M one (its first chunk would last a hundred times too long).
+    """
+    kept = {f"{group}.{name}": value
+            for group, values in (("p", params or {}), ("d", dataset_params or {}))
+            for name, value in values.items() if not isinstance(value, float)}
+    return json.dumps(kept, sort_keys=True, default=str)
+
 
 def _epoch(moment: datetime | None) -> float:
     return 0.0 if moment is None else as_utc(moment).timestamp()
@@ -79,6 +93,8 @@ class JobRow:
     pool: str | None = None
     experiment_id: int | None = None
     switch_seconds: float = 0.0
+    shape: str = ""
+    """The job's settings that size its work (see :func:`shape_key`)."""
 
     @classmethod
     def of(cls, row: Any) -> JobRow:
@@ -87,11 +103,12 @@ class JobRow:
                    None if row[9] is None else float(row[9]), int(row[10]), str(row[11]),
                    str(row[12]), str(row[13] or TRAINING_LOSS), int(row[14] or 0),
                    requirements_from(row[15] or {}), row[16],
-                   None if row[17] is None else int(row[17]), float(row[18] or 0.0))
+                   None if row[17] is None else int(row[17]), float(row[18] or 0.0),
+                   shape_key(row[19], row[20]))
 
     @property
-    def kind(self) -> tuple[str, str]:
-        return self.algorithm, self.dataset
+    def kind(self) -> tuple[str, str, str]:
+        return self.algorithm, self.dataset, self.shape
 
     @property
     def is_new(self) -> bool:

@@ -1,7 +1,7 @@
 """Seconds per iteration learnt per kind of job, for sizing first chunks.
 
 A new job has no timing of its own. Sizing its first chunk from jobs of the
-same kind (algorithm and dataset) that already ran makes that chunk fill the
+same kind (algorithm, dataset and shape) that already ran makes that chunk fill the
 chunk length like every other, instead of a handful of iterations that cost
 a whole dispatch. The live scheduler state and the simulator both keep one
 :class:`SpeedEstimates`, so the simulator sizes first chunks as live does.
