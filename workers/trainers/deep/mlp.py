@@ -10,7 +10,7 @@ from workers.trainers.deep.tabular import TabularClassifier, hidden_stack
 
 
 class MlpParams(TrainerParams):
-    hidden_units: int = Field(128, ge=4, le=1024, description="Width of each hidden layer.")
+    hidden_units: int = Field(128, ge=4, le=4096, description="Width of each hidden layer.")
     hidden_layers: int = Field(2, ge=1, le=4, description="Number of hidden layers.")
     learning_rate: float = Field(1e-3, ge=1e-5, le=1.0, description="Adam step size.",
                                  json_schema_extra={"log_scale": True})
