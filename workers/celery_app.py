@@ -115,13 +115,18 @@ def _stop_heartbeat(**_: Any) -> None:
 @worker_init.connect
 def _start_main_process(**_: Any) -> None:
     """In the worker's main process, before its pool starts: lower the
-    session's CPU share (:mod:`workers.priority`), import what data sets need
-    so pool processes inherit it (:func:`workers.datasets.preload`), then
+    session's CPU share (:mod:`workers.priority`), import what data sets and
+    trainers need so pool processes inherit it, then
     serve this host's and pool's figures on WORKER_METRICS_PORT (see
     :mod:`workers.metrics`)."""
     settings = get_settings()
     lower_session_group(settings.worker_nice)
     preload_datasets()
+    # Every trainer class (torch and plugins included) imported once here, so a
+    # slot's first job does not pay ~0.8 s of torch import in its switch cost.
+    from workers.trainers.registry import trainers
+
+    trainers()
     if settings.worker_metrics_port:
         from workers.metrics import serve
 

@@ -195,7 +195,7 @@ class Scheduler:
             snapshot = Snapshot(now=time.time(), free_slots=free, total_slots=slots,
                                 chunk_seconds=self.chunk_seconds, jobs=views, tenants=tenants,
                                 default_chunk_iterations=self.default_chunk_iterations,
-                                pools=pools)
+                                pools=pools, resident=self._resident_on_free_slots())
             policy = self.policy(*choice)
             if (choice, tenants, self.state.arrivals) != self._backlog_basis:
                 # Ranked under another policy or other quotas, or before a job
@@ -283,7 +283,8 @@ class Scheduler:
                             tenants=tenants,
                             default_chunk_iterations=self.default_chunk_iterations,
                             pools=self.pools.views(session, adverts,
-                                                   self._in_flight_by_pool(live)))
+                                                   self._in_flight_by_pool(live)),
+                            resident=self._resident_on_free_slots())
         dispatched, _ = self._grant(session, snapshot, self._from_backlog(snapshot), choice.name)
         return dispatched
 
@@ -481,6 +482,11 @@ class Scheduler:
             log.warning("returned lost chunks of jobs %s to the queue", reclaimed)
         observe_reclaimed(self.redis, self.keys, session, reclaimed)
         return reclaimed
+
+    def _resident_on_free_slots(self) -> frozenset[int]:
+        """Jobs a grant would not move: their trainer is on a slot free now."""
+        free = {slot.slot_id for slot in self._free}
+        return frozenset(job for job, slot in self._resident.items() if slot in free)
 
     def _dispatch(self, session: Session, grant: Grant, policy: str,
                   slot: SlotView | None = None) -> bool:

@@ -149,6 +149,9 @@ class Snapshot:
     default_chunk_iterations: int = 10
     # The worker pools and their free slots; empty: one undifferentiated pool.
     pools: Sequence[PoolView] = ()
+    # Jobs whose trainer is loaded on a slot that is free now: granting one of
+    # them costs no switch. Empty where residency is not modelled.
+    resident: frozenset[int] = frozenset()
 
     def tenant(self, tenant_id: int) -> TenantView:
         """The tenant's limits; an unknown tenant is capped at every slot."""

@@ -78,17 +78,25 @@ def measure(chunk_seconds: float, seconds: float, redis_url: str,
     finally:
         portal.close()
 
+    return chunk_samples(db_url)
+
+
+def chunk_samples(db_url: str, job_ids: set[int] | None = None) -> dict[str, list[float]]:
+    """Per chunk of ``job_ids`` (every job when None), from the database:
+    ``run``, ``compute``, ``overhead`` and the ``gap`` to the job's next grant."""
     samples: dict[str, list[float]] = defaultdict(list)
     with session_scope(engine_for(db_url)) as session:
         grants: dict[int, list[float]] = defaultdict(list)
         for job_id, created in session.execute(
                 select(col(Decision.job_id), col(Decision.created_at)).order_by(col(Decision.id))):
-            grants[job_id].append(_epoch(created))
+            if job_ids is None or job_id in job_ids:
+                grants[job_id].append(_epoch(created))
         commits: dict[tuple[int, float], float] = defaultdict(float)  # -> compute seconds
         for job_id, recorded, sec in session.execute(
                 select(col(LossRecord.job_id), col(LossRecord.recorded_at),
                        col(LossRecord.seconds))):
-            commits[(job_id, _epoch(recorded))] += sec
+            if job_ids is None or job_id in job_ids:
+                commits[(job_id, _epoch(recorded))] += sec
     for (job_id, committed), compute in sorted(commits.items()):
         granted = max((g for g in grants[job_id] if g < committed), default=None)
         if granted is None:

@@ -16,13 +16,17 @@ PyTorch MLPs, built-in (``torch_mlp``) and the same network as tenant code
 Goodput = the seconds its iterations trained (the workers' own timing of each
 step) over the wall seconds from its first grant to its last commit (alone),
 or over 2 x the wall seconds of the run (contended). Per job it prints chunks,
-chunks that stepped on a resident trainer, restores, checkpoints written and
-the measured switch cost. Asserts nothing; figures depend on the machine.
+chunks that stepped on a resident trainer, restores, checkpoints written,
+the measured switch cost, per chunk the mean overhead (grant to commit less
+training) and gap (commit to the next grant), and the steady goodput: from
+the first chunk's commit on, as a job that runs for hours sees it. Asserts nothing; figures
+depend on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -37,6 +41,7 @@ from sqlmodel import col
 
 from backend.core.db import engine_for, session_scope
 from backend.core.models import Decision, LossRecord, as_utc
+from tests.bench.chunk_overhead import chunk_samples
 from tests.utils.portal import Portal, make_user_token, start_portal
 from tests.utils.services import BENCH_REDIS_DB, test_redis
 
@@ -66,6 +71,12 @@ class Figures:
     saves: int
     switch: float | None
     iterations: int
+    overhead_ms: float = 0.0
+    """Mean per chunk: grant to commit, less the seconds its iterations trained."""
+    gap_ms: float = 0.0
+    """Mean per chunk: its commit to the job's next grant."""
+    steady: float | None = None
+    """Goodput after the first chunk (the job's start on the slot left out)."""
 
     @property
     def goodput(self) -> float:
@@ -148,23 +159,42 @@ def figures(portal: Portal, api: httpx.Client, job_id: int, label: str,
     if wall is None:
         wall = (as_utc(last).timestamp() - as_utc(first).timestamp()) if first and last else 0.0
     res = job["residency"]
+    chunks = chunk_samples(portal.db_url, {job_id})
     return Figures(label, float(training), wall, job["chunks_run"], res["resident_chunks"],
                    res["restores"], res["checkpoints_saved"], res["switch_seconds"],
-                   job["iterations_done"])
+                   job["iterations_done"], 1000 * _mean(chunks["overhead"]),
+                   1000 * _mean(chunks["gap"]), _steady(chunks))
+
+
+def _steady(chunks: dict[str, list[float]]) -> float | None:
+    """Training over wall time from the first chunk's commit on: what a job
+    that runs for hours sees, its one start on the slot amortised away."""
+    runs, gaps = chunks["run"], chunks["gap"]
+    if len(runs) < 2:
+        return None
+    wall = sum(runs[1:]) + sum(gaps[:len(runs) - 1])
+    return sum(chunks["compute"][1:]) / wall if wall > 0 else None
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
 
 
 def print_table(title: str, rows: list[Figures]) -> None:
     print(f"\n{title}")
-    print(f"{'job':<28}{'params':>8}{'goodput':>9}{'train s':>9}{'wall s':>8}{'iters':>7}"
-          f"{'chunks':>8}{'resident':>9}{'restores':>9}{'saves':>7}{'switch s':>9}")
+    print(f"{'job':<28}{'params':>8}{'goodput':>9}{'steady':>8}{'train s':>9}{'wall s':>8}"
+          f"{'iters':>7}"
+          f"{'chunks':>8}{'resident':>9}{'restores':>9}{'saves':>7}{'switch s':>9}"
+          f"{'ovh ms':>8}{'gap ms':>8}")
     for f in rows:
         size = f.label.split()[1] if len(f.label.split()) > 1 else ""
         width, layers = SHAPES.get(size, (0, 0))
         params = f"{parameters(width, layers) / 1e6:.1f}M" if width else ""
         switch = "-" if f.switch is None else f"{f.switch:.2f}"
-        print(f"{f.label:<28}{params:>8}{100 * f.goodput:>8.1f}%{f.training:>9.1f}"
+        steady = "-" if f.steady is None else f"{100 * f.steady:.1f}%"
+        print(f"{f.label:<28}{params:>8}{100 * f.goodput:>8.1f}%{steady:>8}{f.training:>9.1f}"
               f"{f.wall:>8.1f}{f.iterations:>7}{f.chunks:>8}{f.resident:>9}{f.restores:>9}"
-              f"{f.saves:>7}{switch:>9}", flush=True)
+              f"{f.saves:>7}{switch:>9}{f.overhead_ms:>8.0f}{f.gap_ms:>8.0f}", flush=True)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from itertools import chain
 
 from backend.scheduling.allocation import fill_slots
 from backend.scheduling.guards import Ranked, WaitBounds, split_waiting
+from backend.scheduling.residency import switch_charge
 from backend.scheduling.types import Grant, JobView, Snapshot
 
 
@@ -17,7 +18,9 @@ class LasPolicy:
     received so far), ties by longest wait; overdue jobs (wait bounds) first.
 
     Uses no loss information, yet "serve fresh jobs, starve flat tails" gets
-    much of SLAQ's gain, which makes it the baseline SLAQ must beat.
+    much of SLAQ's gain, which makes it the baseline SLAQ must beat. A job
+    whose trainer is not loaded on a free slot is ranked as if it had also
+    had its switch cost (:func:`backend.scheduling.residency.switch_charge`).
 
     Example: one free slot; job 1 has attained 30 s, job 2 4 s, job 3 (new)
     0 s and has waited 2 s (warm-up bound 5 s) -> one grant, for job 3,
@@ -31,7 +34,10 @@ class LasPolicy:
         if snapshot.free_slots <= 0:
             return []
         overdue, _, rest = split_waiting(snapshot, self.bounds)
-        rest.sort(key=lambda job: (job.attained_seconds, job.waiting_since, job.job_id))
+        # A job that must move is charged the seconds its switch wastes, as if
+        # it had had them: a slot changes hands when the service gap is worth it.
+        rest.sort(key=lambda job: (job.attained_seconds + switch_charge(snapshot, job),
+                                   job.waiting_since, job.job_id))
         return fill_slots(snapshot, chain(overdue, _explained(rest)))
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from backend.scheduling.allocation import fill_slots
 from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_waiting
 from backend.scheduling.predictor import CurveFit, LossPredictor, drop_model, rising_level
+from backend.scheduling.residency import switch_discounts
 from backend.scheduling.types import Grant, JobView, Snapshot
 
 
@@ -215,6 +216,8 @@ class SlaqPolicy:
         scores = np.concatenate((
             (1 - blend) * rate + blend * las,
             np.full(len(unseen), self.new_job_gain / snapshot.chunk_seconds)))
+        # Per slot-second, the seconds a move would waste included.
+        scores[:len(known)] *= switch_discounts(snapshot, known)
         if any(t.share_weight != 1.0 for t in snapshot.tenants.values()):
             weights = {t: snapshot.tenant(t).share_weight for t in {j.tenant_id for j in ranked}}
             scores *= np.fromiter((weights[job.tenant_id] for job in ranked), float, len(ranked))
