@@ -55,6 +55,7 @@ from backend.scheduling.loss_history import LossHistory, LossRing
 from backend.scheduling.placement import eligible_pools, place, refusal
 from backend.scheduling.policies.oracle import TrueCurve
 from backend.scheduling.registry import SIMULATION_ONLY, make_policy
+from backend.scheduling.residency import SlotView, amortised, assign_slots
 from backend.scheduling.speed import SpeedEstimates
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import (
@@ -67,6 +68,10 @@ from backend.scheduling.types import (
     TenantView,
 )
 from backend.scheduling.workload import Arrival
+
+RESIDENT_CHUNK_SECONDS = 0.02
+"""A chunk that steps on its resident trainer pays the dispatch alone: the
+20 ms the recorded traces add to their measured save + restore."""
 
 RANKING_EXTRA = 32
 """Grants asked for beyond the free slots when there are pools: the live
@@ -117,6 +122,20 @@ class SimConfig:
     """Policies see at most this many of a job's newest loss points, and its
     initial loss, as the live scheduler's history cache holds them; ``None``:
     the whole history."""
+    residency: bool = True
+    """Slots keep the trainer of the job they ran last, as live: a chunk that
+    steps on pays ``RESIDENT_CHUNK_SECONDS``, a move the curve's whole chunk
+    overhead (save, restore, dispatch), and slots, chunk lengths and the
+    ranking come from the live scheduler's steps (:mod:`residency`).
+    False: every chunk pays the whole overhead (the model before residency)."""
+
+
+@dataclass
+class _Slot:
+    """One simulated worker slot and the job whose trainer it holds."""
+
+    view: SlotView
+    busy: bool = False
 
 
 @dataclass
@@ -146,6 +165,10 @@ class SimJob:
     # Recorded seconds are divided by this for the chunk in flight (its pool's speed-up).
     speed: float = 1.0
     history_points: int | None = None
+    slot: int | None = None
+    """The slot holding its trainer (simulated residency)."""
+    switch_known: bool = False
+    """It has started on a slot once, so its switch cost is measured."""
     _view: JobView | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -182,6 +205,7 @@ class SimJob:
             waiting_since=self.waiting_since, chunks_run=self.chunks,
             requirements=self.requirements, pool=self.pool,
             experiment_id=self.experiment_id, estimated_seconds_per_iteration=estimate,
+            switch_seconds=self.curve.chunk_overhead_seconds if self.switch_known else 0.0,
         )
         return self._view
 
@@ -314,6 +338,7 @@ def simulate(
                        pool_slots={p.name: p.slots for p in config.pools})
     charge = config.charge_decisions or config.decision_seconds is not None
     waiting = 0  # active jobs without a chunk in flight
+    slots = _slots(config) if config.residency else []
     ready_at = -math.inf  # the end of the last decision: the next cannot start before
     seq = len(jobs)
     finished = 0
@@ -334,6 +359,8 @@ def simulate(
                 free += 1
                 if job.pool is not None:
                     pool_free[job.pool] += 1
+                if job.slot is not None:
+                    slots[job.slot].busy = False
                 _complete(job, at, _points(point_lists, job.curve, job.speed))
                 speeds.observe(job.kind, job.history)
                 moved.add(job.kind)
@@ -341,6 +368,7 @@ def simulate(
                 if job.finish is None and job.stopped:
                     job.finish = at
                 if job.finish is not None:
+                    _let_go(slots, job)
                     del active[job_id]
                     del views[job_id]
                     finished += 1
@@ -355,6 +383,7 @@ def simulate(
                 job.stopped = True
                 if not job.running:
                     job.finish = now
+                    _let_go(slots, job)
                     del active[job_id]
                     del views[job_id]
                     finished += 1
@@ -375,6 +404,8 @@ def simulate(
             chunk_seconds=config.chunk_seconds, jobs=list(views.values()),
             tenants=config.tenants, default_chunk_iterations=config.default_chunk_iterations,
             pools=[pools[name].view(count) for name, count in pool_free.items()],
+            resident=frozenset(j for j in (s.view.resident_job for s in slots if not s.busy)
+                               if j is not None),
         )
         started = wallclock.perf_counter()
         if pools:
@@ -398,7 +429,7 @@ def simulate(
             cost = took if config.decision_seconds is None else config.decision_seconds
             result.charged_seconds += cost
             begin = ready_at = now + cost
-        for grant, pool_name in placed:
+        for grant, pool_name, slot in _on_slots(slots, placed, views):
             job = active[grant.job_id]
             speed = 1.0
             if pool_name is not None:
@@ -406,7 +437,8 @@ def simulate(
                 pool_free[pool_name] -= 1
                 if job.requirements.wants_gpu:
                     speed = pool.speedup
-            end = _start(job, grant, begin, pool_name, speed, config.attained_overhead)
+            overhead = None if slot is None else _take(slots, slot, job)
+            end = _start(job, grant, begin, pool_name, speed, config.attained_overhead, overhead)
             views[job.job_id] = job.view()
             fresh.get(job.kind, set()).discard(job.job_id)
             if pool_name is not None:
@@ -441,16 +473,68 @@ def _decide_pooled(policy: Policy, snapshot: Snapshot, extra: int,
     return [(grant, pool) for grant, pool in placed]
 
 
+def _slots(config: SimConfig) -> list[_Slot]:
+    named = [(p.name, p.slots) for p in config.pools] or [("", config.slots)]
+    return [_Slot(SlotView(f"{name}#{i}", name, f"{name}#{i}"))
+            for name, count in named for i in range(count)]
+
+
+def _on_slots(slots: list[_Slot], placed: list[tuple[Grant, str | None]],
+              views: Mapping[int, JobView]) -> list[tuple[Grant, str | None, int | None]]:
+    """Each placed grant with its slot (an index into ``slots``) and its chunk
+    length, as the live scheduler assigns them: resident slot first, moves
+    amortised (:mod:`backend.scheduling.residency`). Without residency, as placed."""
+    if not slots:
+        return [(grant, pool, None) for grant, pool in placed]
+    free = [s.view for s in slots if not s.busy]
+    holders = {s.view.resident_job: s.view.slot_id for s in slots
+               if s.view.resident_job is not None}
+    index = {s.view.slot_id: i for i, s in enumerate(slots)}
+    out: list[tuple[Grant, str | None, int | None]] = []
+    for grant, slot in assign_slots([replace(g, pool=pool or "") for g, pool in placed],
+                                    free, holders):
+        if slot is None:  # every free slot is named: only a policy bug gets here
+            raise AssertionError(f"no free slot for job {grant.job_id}")
+        grant = amortised(grant, views[grant.job_id], slot, holders)
+        out.append((grant, grant.pool or None, index[slot.slot_id]))
+    return out
+
+
+def _take(slots: list[_Slot], index: int, job: SimJob) -> float:
+    """``job`` runs on slot ``index``; its chunk's overhead: the dispatch alone
+    if the slot holds its trainer, else the whole save + restore + dispatch."""
+    slot = slots[index]
+    stays = slot.view.resident_job == job.job_id
+    if not stays:
+        if job.slot is not None and slots[job.slot].view.resident_job == job.job_id:
+            slots[job.slot].view = replace(slots[job.slot].view, resident_job=None)
+        slot.view = replace(slot.view, resident_job=job.job_id)
+    slot.busy = True
+    job.slot = index
+    job.switch_known = True
+    overhead = job.curve.chunk_overhead_seconds
+    return min(RESIDENT_CHUNK_SECONDS, overhead) if stays else overhead
+
+
+def _let_go(slots: list[_Slot], job: SimJob) -> None:
+    """A job that finished or was stopped leaves its slot."""
+    if job.slot is not None and slots[job.slot].view.resident_job == job.job_id:
+        slots[job.slot].view = replace(slots[job.slot].view, resident_job=None)
+
+
 def _start(job: SimJob, grant: Grant, now: float, pool: str | None = None,
-           speed: float = 1.0, attained_overhead: bool = True) -> float:
+           speed: float = 1.0, attained_overhead: bool = True,
+           overhead: float | None = None) -> float:
     """Begin a chunk on ``pool`` (``None``: no pools); returns its end time.
-    Iteration times are known up front; ``speed`` divides the recorded seconds."""
+    Iteration times are known up front; ``speed`` divides the recorded seconds;
+    ``overhead`` (default: the curve's) is the chunk's dispatch, restore and save."""
     curve = job.curve
     count = min(grant.iterations, curve.iterations - job.done)
     secs = np.asarray(curve.seconds[job.done: job.done + count])
     if speed != 1.0:
         secs = secs / speed
-    overhead = curve.chunk_overhead_seconds
+    if overhead is None:
+        overhead = curve.chunk_overhead_seconds
     first = now + overhead / 2
     job.iteration_times.extend((first + np.cumsum(secs)).tolist())
     job.running = True

@@ -77,12 +77,12 @@ def per_shape(result: SimResult) -> dict[str, dict[str, float]]:
             for shape, v in groups.items()}
 
 
-def run_cell(args: tuple[str, int, float, float, int, tuple[str, ...]]
+def run_cell(args: tuple[str, int, float, float, int, tuple[str, ...], bool]
              ) -> dict[str, dict[str, object]]:
-    name, slots, load, chunk, seed, policies = args
+    name, slots, load, chunk, seed, policies, residency = args
     trace = get_trace(name)
     arrivals = generate_workload(trace, slots=slots, load=load, seed=seed, chunk_seconds=chunk)
-    config = SimConfig(slots=slots, chunk_seconds=chunk)
+    config = SimConfig(slots=slots, chunk_seconds=chunk, residency=residency)
     out: dict[str, dict[str, object]] = {}
     for policy in policies:
         result = simulate(build_policy(policy, trace, arrivals), trace, arrivals, config)
@@ -116,15 +116,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--procs", type=int, default=1, help="parallel worker processes")
     parser.add_argument("--report", type=Path, help="write a Plotly HTML report here")
     parser.add_argument("--json-out", type=Path, help="write averaged figures as JSON here")
+    parser.add_argument("--no-residency", action="store_true",
+                        help="every chunk pays its whole overhead (the model before resident "
+                        "trainers), to compare with")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    tasks = [(t, s, load, c, seed, tuple(args.policies)) for t in args.traces
+    tasks = [(t, s, load, c, seed, tuple(args.policies), not args.no_residency)
+             for t in args.traces
              for s in args.slots for load in args.loads for c in args.chunks
              for seed in args.seeds]
     raw = run_tasks(run_cell, tasks, args.procs)
     grid: dict[Cell, dict[str, dict[str, float]]] = {}
     shapes: dict[str, dict[str, dict[str, list[float]]]] = {}
-    for (t, s, load, c, _, _), runs in zip(tasks, raw, strict=True):
+    for (t, s, load, c, _, _, _), runs in zip(tasks, raw, strict=True):
         cell = grid.setdefault((t, s, load, c), {})
         for policy, got in runs.items():
             acc = cell.setdefault(policy, {k: 0.0 for k in KEYS})
