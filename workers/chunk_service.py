@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 STREAM_MAXLEN = 20_000
 # Push points to the live stream at least this often during a chunk.
 STREAM_FLUSH_SECONDS = 0.2
+STATUS_CHECK_SECONDS = 1.0
+"""How often a running chunk looks whether its job was paused or cancelled."""
 COMMIT_ATTEMPTS = 5
 """Tries at storing a chunk while API status changes (pause, cancel) keep racing it."""
 
@@ -317,11 +319,12 @@ def _load_trainer(ctx: ChunkContext, job: Job) -> Trainer:
 
 
 class _LiveTicker:
-    """Between iterations: stream new points for live charts and keep the lease."""
+    """Between iterations: stream new points for live charts, keep the lease,
+    and end the chunk early once the job is paused or cancelled."""
 
     def __init__(self, ctx: ChunkContext, job_id: int, seq: int, leases: Leases) -> None:
         self.ctx, self.job_id, self.seq, self.leases = ctx, job_id, seq, leases
-        self.last_flush = self.last_renew = time.monotonic()
+        self.last_flush = self.last_renew = self.last_status = time.monotonic()
         self.flushed = 0
 
     def tick(self, run: Iterations) -> bool:
@@ -330,6 +333,14 @@ class _LiveTicker:
         if now - self.last_flush >= STREAM_FLUSH_SECONDS:
             self.flush(run.points)
             self.last_flush = now
+        if now - self.last_status >= STATUS_CHECK_SECONDS:
+            # A chunk long enough to amortise a move may last minutes: a pause
+            # or cancel takes effect at the next iteration, the points kept.
+            self.last_status = now
+            with Session(self.ctx.engine) as session:
+                status = session.execute(select(col(Job.status))
+                                         .where(col(Job.id) == self.job_id)).scalar()
+            run.wind_down = status in (JobStatus.paused, JobStatus.cancelled)
         if now - self.last_renew >= self.ctx.lease_seconds / 3:
             if not self.leases.renew(self.job_id, self.seq, self.ctx.lease_seconds):
                 return False

@@ -48,6 +48,9 @@ class Iterations:
     verdict: Verdict | None = None
     stopped: bool = False
     """``on_tick`` asked to stop before the run was over."""
+    wind_down: bool = False
+    """Set by ``on_tick`` to end the run after this step, keeping what it did
+    (the job was paused or cancelled mid-chunk)."""
     error: Exception | None = None
     """What a step, an evaluation or ``on_tick`` raised; the run ended there."""
 
@@ -105,7 +108,8 @@ def run_iterations(
     ``quality_history`` likewise the recent values of the rule's held-out
     metric; ``initial`` is the job's first loss, or None to take the first
     loss run here. ``on_tick`` is called after every step call has been
-    judged, the final one included; returning False abandons the run at once.
+    judged, the final one included; returning False abandons the run at once,
+setting ``wind_down`` ends it there with its results kept.
     """
     run = Iterations(iteration=start)
     judge = _Judge(rule, list(history), list(quality_history), initial)
@@ -130,7 +134,7 @@ def run_iterations(
             if not on_tick(run):
                 run.stopped = True
                 return run
-            if run.verdict is not None:
+            if run.verdict is not None or run.wind_down:
                 break
             if batched:
                 each = elapsed / size

@@ -82,6 +82,18 @@ def test_budget_and_max_iterations_both_bound_the_run() -> None:
     assert nothing.points == [] and nothing.verdict is None and nothing.iteration == 5
 
 
+def test_a_wind_down_ends_the_run_with_its_points_kept() -> None:
+    # As a chunk does when its job is paused or cancelled mid-chunk.
+    def pause_after_three(run: Iterations) -> bool:
+        run.wind_down = run.iteration >= 3
+        return True
+
+    run = run_iterations(Scripted([1.0] * 10), StopRule(max_iterations=100), 10,
+                         pause_after_three)
+    assert run.iteration == 3 and losses(run) == [1.0, 1.0, 1.0]
+    assert not run.stopped and run.verdict is None and run.error is None
+
+
 def test_nan_fails_at_once_and_keeps_the_point() -> None:
     run = run_iterations(Scripted([2.0, math.nan, 1.0]), StopRule(max_iterations=10), 10,
                          keep_going)
