@@ -109,7 +109,7 @@ def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> Ch
             .where(col(LossRecord.job_id) == job_id,
                    col(LossRecord.iteration) <= job.checkpoint_iteration)
             .order_by(col(LossRecord.iteration).desc())
-            .limit(rule.window + 1)
+            .limit(rule.history_length)
         ).all()
         quality = [] if rule.metric == "loss" else session.execute(
             select(col(MetricRecord.value))
@@ -117,7 +117,7 @@ def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> Ch
                    col(MetricRecord.name) == rule.metric,
                    col(MetricRecord.iteration) <= job.checkpoint_iteration)
             .order_by(col(MetricRecord.iteration).desc())
-            .limit(rule.window + 1)
+            .limit(rule.history_length)
         ).all()
     history = [float(r[0]) for r in reversed(recent)]
     quality_history = [float(r[0]) for r in reversed(quality)]
