@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from backend.core.pools import POOL_NAME, POOL_NAME_RULE
 from backend.security import MIN_PASSWORD_LENGTH
+from workers.convergence import MIN_WINDOW
+from workers.stopping import MIN_SHARE
 
 T = TypeVar("T")
 
@@ -30,14 +32,18 @@ class StoppingRule(BaseModel):
         "loss, or val_loss at each evaluation) is at or below this. Without a tolerance, a "
         "job with a target runs to it or to max_iterations (no convergence test)")
     tolerance: float | None = Field(
-        DEFAULT_TOLERANCE, gt=0, lt=1, description="Converged when the quality metric's "
-        "relative change over the window is below this. Left out, the convergence test "
-        f"applies with {DEFAULT_TOLERANCE:g} only when target_loss is not set (a job with a "
-        "target runs to it or to max_iterations); null disables the test; a number "
-        "applies it, with or without a target"
+        DEFAULT_TOLERANCE, gt=0, lt=1, description="Converged when the mean of the quality "
+        "metric's last window differs from the window before by less than this (relative), "
+        "allowing two standard errors of noise; the training loss is judged only after "
+        f"{MIN_SHARE:.0%} of max_iterations, val_loss once there are two windows of "
+        f"evaluations. Left out, the convergence test applies with {DEFAULT_TOLERANCE:g} "
+        "only when target_loss is not set (a job with a target runs to it or to "
+        "max_iterations); null disables the test; a number applies it, with or without a "
+        "target"
     )
     window: int = Field(10, ge=1, le=1000, description="Iterations (evaluations, for "
-                        "quality_metric val_loss) the convergence test spans")
+                        "quality_metric val_loss) in each of the two windows the convergence "
+                        f"test compares; windows under {MIN_WINDOW} count as {MIN_WINDOW}")
 
     @model_validator(mode="after")
     def _target_alone_runs_to_it(self) -> StoppingRule:

@@ -267,7 +267,7 @@ def _recent(ctx: ChunkContext, job: Job, rule: StopRule,
             select(col(LossRecord.loss))
             .where(col(LossRecord.job_id) == job.id, col(LossRecord.iteration) <= start)
             .order_by(col(LossRecord.iteration).desc())
-            .limit(rule.window + 1)
+            .limit(rule.history_length)
         ).all()
         quality = [] if rule.metric == "loss" else session.execute(
             select(col(MetricRecord.value))
@@ -275,7 +275,7 @@ def _recent(ctx: ChunkContext, job: Job, rule: StopRule,
                    col(MetricRecord.name) == rule.metric,
                    col(MetricRecord.iteration) <= start)
             .order_by(col(MetricRecord.iteration).desc())
-            .limit(rule.window + 1)
+            .limit(rule.history_length)
         ).all()
     return [float(r[0]) for r in reversed(recent)], [float(r[0]) for r in reversed(quality)]
 

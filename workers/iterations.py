@@ -69,8 +69,8 @@ class _Judge:
         if self.initial is None:
             self.initial = loss
         verdict = check(self.rule, iteration, self.losses, self.initial)
-        # check() looks back at most rule.window losses before the newest.
-        del self.losses[:-(self.rule.window + 1)]
+        # check() reads at most the rule's history_length newest losses.
+        del self.losses[:-self.rule.history_length]
         return verdict
 
     def evaluation(self, iteration: int, metrics: Metrics) -> Verdict | None:
@@ -83,7 +83,7 @@ class _Judge:
                            f"(it reported: {', '.join(sorted(metrics)) or 'nothing'})")
         self.quality.append(value)
         verdict = check_quality(self.rule, iteration, self.quality)
-        del self.quality[:-(self.rule.window + 1)]
+        del self.quality[:-self.rule.history_length]
         return verdict
 
 

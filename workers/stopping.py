@@ -1,4 +1,13 @@
-"""Stopping rules: when a job's loss history says it is done or broken."""
+"""Stopping rules: when a job's loss history says it is done or broken.
+
+The convergence test (:func:`workers.convergence.plateau`) runs on the job's
+quality series: the per-iteration training loss, or the held-out metric at
+each evaluation. Minibatch training losses are noisy and fall in fits and
+starts, so on the training loss the test may fire only once the job has run
+``MIN_SHARE`` of its ``max_iterations``; a held-out metric is measured on the
+same rows every time and may fire as soon as it has two windows of
+evaluations. The verdict's reason names the series that converged.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from workers.convergence import plateau, span
+
 # A loss this many times its starting value means training has diverged.
 DIVERGENCE_FACTOR = 1e4
+
+MIN_SHARE = 0.3
+"""Share of ``max_iterations`` a job runs before its training loss may be
+judged converged: early minibatch losses stall and recover, and a new user's
+job should run long enough to watch."""
 
 
 @dataclass(frozen=True)
@@ -20,6 +36,11 @@ class StopRule:
     metric: str = "loss"
     """The quality metric ``target_loss`` and ``tolerance`` judge (``loss`` or
     a held-out one such as ``val_loss``, judged after each evaluation)."""
+
+    @property
+    def history_length(self) -> int:
+        """Recent values of the judged series the convergence test reads."""
+        return span(self.window)
 
 
 class VerdictStatus(StrEnum):
@@ -45,7 +66,7 @@ def check(
 ) -> Verdict | None:
     """Judge the training-loss history after ``iteration``; ``losses`` ends with its loss.
 
-    ``losses`` needs at least ``rule.window + 1`` recent values for the
+    ``losses`` needs at least ``rule.history_length`` recent values for the
     convergence test; ``initial`` is the job's first reported loss. The
     target and convergence tests apply here only when the rule's metric is
     the training loss; otherwise :func:`check_quality` applies them.
@@ -60,7 +81,8 @@ def check(
             "(try a smaller learning rate)",
         )
     if rule.metric == "loss":
-        verdict = check_quality(rule, iteration, losses)
+        verdict = check_quality(rule, iteration, losses,
+                                converge=iteration >= MIN_SHARE * rule.max_iterations)
         if verdict is not None:
             return verdict
     if iteration >= rule.max_iterations:
@@ -68,23 +90,29 @@ def check(
     return None
 
 
-def check_quality(rule: StopRule, iteration: int, values: Sequence[float]) -> Verdict | None:
+def check_quality(rule: StopRule, iteration: int, values: Sequence[float], *,
+                  converge: bool = True) -> Verdict | None:
     """The target and convergence tests on the rule's metric; ``values`` ends
-    with the newest (one per iteration for ``loss``, per evaluation otherwise)."""
+    with the newest (one per iteration for ``loss``, per evaluation otherwise).
+    ``converge`` False skips the convergence test (too early to judge)."""
     last = values[-1]
     named = "loss" if rule.metric == "loss" else rule.metric
     if not math.isfinite(last):
         return Verdict(VerdictStatus.failed, f"{named} became {last} at iteration {iteration}")
     if rule.target_loss is not None and last <= rule.target_loss:
         return Verdict(VerdictStatus.completed, f"reached target {named} {rule.target_loss:g}")
-    if rule.tolerance is not None and len(values) > rule.window:
-        before = values[-1 - rule.window]
-        change = abs(before - last) / max(abs(before), 1e-12)
-        if change < rule.tolerance:
-            unit = "iterations" if rule.metric == "loss" else "evaluations"
-            return Verdict(
-                VerdictStatus.completed,
-                f"converged: {named} changed {change:.2e} over {rule.window} {unit} "
-                f"(tolerance {rule.tolerance:g})",
-            )
-    return None
+    if rule.tolerance is None or not converge:
+        return None
+    found = plateau(values, window=rule.window, tolerance=rule.tolerance)
+    if found is None:
+        return None
+    if rule.metric == "loss":
+        series, unit = "the training loss", "iterations"
+    else:
+        series, unit = f"the held-out {rule.metric}", "evaluations"
+    return Verdict(
+        VerdictStatus.completed,
+        f"converged: {series} stopped improving (mean of the last {found.window} {unit} "
+        f"vs the {found.window} before: {found.gain:+.2e} relative, at most "
+        f"{found.bound:.2e} allowing for noise; tolerance {rule.tolerance:g})",
+    )

@@ -72,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="convergence tolerance; none disables. Left out: 1e-4, but only "
                         "without --target-loss (a target runs to it)")
     submit.add_argument("--target-loss", type=float)
-    submit.add_argument("--window", type=int)
+    submit.add_argument("--window", type=int,
+                        help="values in each of the two windows the convergence test "
+                        "compares (iterations; evaluations with val_loss). Left out: 10")
     submit.add_argument("--seed", type=int)
     submit.add_argument("--eval-every", type=int, metavar="N",
                         help="held-out evaluation every N iterations (0: never; default 50)")

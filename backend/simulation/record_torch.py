@@ -102,7 +102,7 @@ def record_torch_curve(spec: TorchRunSpec, *, overhead_samples: int = 5) -> Trac
         started = time.perf_counter()
         loss = float(trainer.step(1)[0]["loss"])
         losses.append(loss)
-        verdict = check(rule, len(losses), losses[-(rule.window + 1):], losses[0])
+        verdict = check(rule, len(losses), losses[-rule.history_length:], losses[0])
         if spec.eval_every > 0 and (len(losses) % spec.eval_every == 0 or verdict is not None):
             # Timed with the iteration: a live chunk pays for its evaluations.
             for name, value in trainer.evaluate().items():

@@ -115,10 +115,11 @@ def test_divergence_is_judged_against_the_jobs_first_loss() -> None:
 
 
 def test_convergence_window_spans_the_history_before_start() -> None:
+    # Past MIN_SHARE of max_iterations, so only the history can hold the test back.
     rule = StopRule(max_iterations=100, tolerance=0.01, window=3)
-    history = [1.0, 1.0, 1.0]
-    run = run_iterations(Scripted([1.0, 0.5]), rule, 10, keep_going, start=3, history=history)
-    assert run.iteration == 4
+    history = [1.0] * (rule.history_length - 1)
+    run = run_iterations(Scripted([1.0, 0.5]), rule, 10, keep_going, start=40, history=history)
+    assert run.iteration == 41
     assert run.verdict is not None and run.verdict.reason.startswith("converged")
 
 
@@ -156,7 +157,9 @@ def test_chunks_resumed_from_checkpoints_match_one_straight_run() -> None:
     """What a worker does chunk by chunk gives the losses and the verdict of
     one uninterrupted run."""
     dataset = load_dataset("breast_cancer", {})
-    rule = StopRule(max_iterations=1000, tolerance=1e-4, window=10)
+    # Loose enough that this minibatch loss converges (near iteration 550),
+    # so the verdict's windows straddle chunk boundaries.
+    rule = StopRule(max_iterations=1000, tolerance=1e-3, window=10)
     straight = run_iterations(make_trainer("logistic_regression", dataset, {}, 0), rule, 1000,
                               keep_going)
     assert straight.verdict is not None and straight.verdict.reason.startswith("converged")
@@ -166,7 +169,7 @@ def test_chunks_resumed_from_checkpoints_match_one_straight_run() -> None:
     verdict = None
     while verdict is None:
         chunk = run_iterations(trainer, rule, 37, keep_going, start=len(points),
-                               history=[p[1] for p in points[-(rule.window + 1):]],
+                               history=[p[1] for p in points[-rule.history_length:]],
                                initial=points[0][1] if points else None)
         points += chunk.points
         verdict = chunk.verdict

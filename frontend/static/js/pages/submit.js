@@ -20,7 +20,7 @@ import {
   FieldSet,
   parseValue,
   showRefusal,
-  STOPPING_FIELDS,
+  SUBMIT_STOPPING_FIELDS,
 } from "../form-fields.js";
 import { datasetLabel, hasDefaultName, uploadId } from "../uploads.js";
 
@@ -182,7 +182,7 @@ function buildForm(root) {
     "fieldset",
     {},
     h("legend", {}, "Stopping rule"),
-    h("div", { class: "fields" }, STOPPING_FIELDS.map((s) => fieldFor(`stopping.${s.name}`, s))),
+    h("div", { class: "fields" }, SUBMIT_STOPPING_FIELDS.map((s) => fieldFor(`stopping.${s.name}`, s))),
   );
   const evaluation = h(
     "fieldset",
@@ -237,7 +237,7 @@ function fill(job) {
   // A default name ("<algorithm> on <dataset>") is the server's to choose again.
   set("name", hasDefaultName(job) ? "" : `${job.name} (copy)`.slice(0, 200));
   set("seed", job.seed);
-  for (const s of STOPPING_FIELDS) {
+  for (const s of SUBMIT_STOPPING_FIELDS) {
     const value = job.stopping[s.name];
     // A clone keeps a disabled test disabled, whatever the default would be.
     set(`stopping.${s.name}`, s.offWord && value === null ? s.offWord : value);
