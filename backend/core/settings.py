@@ -97,8 +97,6 @@ class Settings(BaseSettings):
     sandbox_max_processes: int = Field(
         64, ge=1, le=4096, description="Processes and threads tenant code may run at once "
         "(cgroup pids.max)")
-    sandbox_file_mib: int = Field(
-        64, ge=1, description="Largest file tenant code may write (MiB)")
     sandbox_work_mib: int = Field(
         1024, ge=1, description="Size of the private /work and /tmp of tenant code (MiB "
         "each; what they hold counts against SANDBOX_MEMORY_MIB)")

@@ -88,7 +88,7 @@ def _library_dirs() -> list[str]:
 def gpu_binds(minors: tuple[int, ...], dev: Path = DEV) -> GpuBinds:
     """bubblewrap arguments and environment giving a sandbox these GPUs."""
     if not minors:
-        return GpuBinds(env={"CUDA_VISIBLE_DEVICES": ""})
+        return GpuBinds()  # no nodes, so CUDA finds no device without being told
     args: list[str] = []
     for name in [f"nvidia{m}" for m in minors] + list(CONTROL_NODES):
         if (dev / name).exists():

@@ -10,7 +10,7 @@ unprivileged uid of its own. Memory (every page it holds: processes, memfds,
 tmpfs (its /work, /tmp and /dev/shm are private ones), shared memory, page
 cache it dirties) and processes are bounded by a
 cgroup of its own (``cgroup.py``) that the launcher joins before bubblewrap
-starts; file size, core dumps and (as a second line) processes by rlimits set
+starts; core dumps and (as a second line) processes by rlimits set
 before the interpreter starts, so tenant code cannot lift them. There is no
 CPU-time rlimit: a sandbox may stay resident for hours, and each call has a
 deadline instead. States cross in a memfd shared with the worker, not the pipe.
@@ -65,7 +65,6 @@ class SandboxUnavailable(RuntimeError):
 class SandboxLimits:
     memory_mib: int = 4096
     """Everything one sandbox holds, by cgroup; also the basis of the state cap."""
-    file_mib: int = 64
     max_processes: int = 64
     """Processes and threads (cgroup ``pids.max``; torch and CUDA start a dozen threads)."""
     work_mib: int = 1024
@@ -208,10 +207,11 @@ def sandbox_command(limits: SandboxLimits, fds: tuple[int, int, int], uid: int) 
             "--perms", "1777", "--size", work, "--tmpfs", "/tmp",
             "--perms", "0777", "--size", work, "--tmpfs", "/work",
             "--remount-ro", "/", "--chdir", "/work", "--"]
-    cmd += [tools.prlimit, f"--fsize={limits.file_mib * 1024 * 1024}",
-            # The cgroup's pids.max is the limit; this is a second line should
-            # the cgroup requirement be turned off.
-            f"--nproc={limits.max_processes}", "--core=0", "--"]
+    # No file-size or address-space rlimit: files live in tmpfs inside the
+    # memory limit, and a state file may rightly be gigabytes. The cgroup's
+    # pids.max bounds processes; RLIMIT_NPROC is a second line should the
+    # cgroup requirement be turned off.
+    cmd += [tools.prlimit, f"--nproc={limits.max_processes}", "--core=0", "--"]
     if os.geteuid() == 0:
         # Drop root inside the sandbox: as root the kernel would ignore the
         # process limit, and capabilities would outlive the namespaces.

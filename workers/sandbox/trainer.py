@@ -32,11 +32,13 @@ STARTUP_SECONDS = 30.0
 REPLY_BUDGET = protocol.MAX_HEADER_BYTES // 2
 """What one step reply should stay under: half the cap, since metrics vary
 in size from one batch to the next."""
+FIRST_STEP_CALL = 8
+"""Iterations of a sandbox's first step call, which measures its reply size."""
 STATE_SHARE = 4
 """The state cap, by default, is this fraction of the memory limit: taking a
 state holds the model, its serialised copy and the copy in the state memfd
 at once, all inside the limit."""
-_SIGNALS = {9: "SIGKILL", 25: "SIGXFSZ", 11: "SIGSEGV", 6: "SIGABRT"}
+_SIGNALS = {9: "SIGKILL", 11: "SIGSEGV", 6: "SIGABRT", 7: "SIGBUS"}
 
 
 class SandboxError(RuntimeError):
@@ -105,17 +107,14 @@ class SandboxedTrainer(Trainer):
 
     # -- plumbing -----------------------------------------------------------
     def _death_reason(self) -> str | None:
+        if self.process.oom_killed():
+            return self._oom_reason()
         # The pipe closes as the process dies; give the kernel a moment to finish.
         try:
             code = self.process.proc.wait(0.5)
         except subprocess.TimeoutExpired:
             return None
-        limits = self.process.limits
-        if self.process.oom_killed():
-            return self._oom_reason()
         signal_no = -code if code < 0 else code - 128 if code > 128 else 0
-        if signal_no == 25:
-            return f"trainer wrote a file larger than its {limits.file_mib} MiB limit"
         if signal_no == 9:
             return "trainer process was killed (SIGKILL)"
         if signal_no:
@@ -212,6 +211,8 @@ class SandboxedTrainer(Trainer):
             size = n - len(metrics)
             if self.reply_bytes_per_iteration:
                 size = min(size, max(1, int(REPLY_BUDGET // self.reply_bytes_per_iteration)))
+            else:
+                size = min(size, FIRST_STEP_CALL)
             metrics += self._step_call(size)
         return metrics
 
@@ -336,7 +337,6 @@ def _ready(process: SandboxProcess, data: TrainingData, seed: int, call_seconds:
 
 def limits_from(settings: Any) -> SandboxLimits:
     return SandboxLimits(memory_mib=int(settings.sandbox_memory_mib),
-                         file_mib=int(settings.sandbox_file_mib),
                          max_processes=int(settings.sandbox_max_processes),
                          work_mib=int(settings.sandbox_work_mib),
                          preimport=tuple(settings.sandbox_preimport),
