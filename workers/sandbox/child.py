@@ -41,13 +41,40 @@ import numpy.random  # noqa: E402, F401  (lazily imported by numpy otherwise)
 import slaq_trainer  # noqa: E402  (the contract)
 
 
+def _warm_torch(torch: Any) -> None:
+    """What every torch trainer's first chunk would otherwise pay: building an
+    optimiser imports torch._dynamo and sympy (1.6 s of CPU), the first
+    backward pass and torch.save/load set up lazily. CPU only: a CUDA context
+    would hold GPU memory while the spare waits."""
+    import io
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    for optimiser in (torch.optim.Adam(model.parameters()), torch.optim.SGD(model.parameters())):
+        loss = torch.nn.functional.cross_entropy(model(torch.zeros(4, 8)),
+                                                 torch.tensor([0, 1, 0, 1]))
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict()}, buffer)
+    torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    torch.cuda.is_available()
+
+
+_WARM_UPS = {"torch": _warm_torch}
+"""Modules whose first use costs much more than their import."""
+
+
 def _preimport(names: str) -> None:
-    """Import the operator's heavy modules now; one not installed is skipped."""
+    """Import (and warm up) the operator's heavy modules now; one not
+    installed is skipped."""
     for name in filter(None, (part.strip() for part in names.split(","))):
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
         except ImportError:
             continue
+        if name in _WARM_UPS:
+            _WARM_UPS[name](module)
 
 
 if len(sys.argv) > 4:

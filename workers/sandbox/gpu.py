@@ -15,7 +15,6 @@ else the host's only GPU when it has exactly one; else none.
 
 from __future__ import annotations
 
-import ctypes.util
 import os
 import re
 import subprocess
@@ -67,19 +66,25 @@ def _uuid(minor: int, driver_proc: Path = DRIVER_PROC) -> str | None:
     return None
 
 
-def _library_dirs() -> list[str]:
-    """Directories outside /usr holding the driver's user-space libraries."""
-    dirs: list[str] = []
+def _library_dirs(environ: dict[str, str] | None = None) -> list[str]:
+    """Directories outside /usr holding the driver's user-space libraries: from
+    the linker cache, or the worker's LD_LIBRARY_PATH (containers often put
+    the driver in /usr/local/nvidia/lib64 and point only that variable at it)."""
+    env = os.environ if environ is None else environ
     try:
         listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True,
                                  timeout=10, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         listing = ""
+    paths: list[str] = []
     for name in DRIVER_LIBRARIES:
-        paths = re.findall(rf"lib{re.escape(name)}\.so[^ ]* .*=> (\S+)", listing)
-        found = ctypes.util.find_library(name)
-        for path in paths + ([found] if found and found.startswith("/") else []):
-            parent = os.path.dirname(os.path.realpath(path))
+        paths += re.findall(rf"lib{re.escape(name)}\.so[^ ]* .*=> (\S+)", listing)
+        for directory in filter(None, env.get("LD_LIBRARY_PATH", "").split(":")):
+            paths += [str(p) for p in Path(directory).glob(f"lib{name}.so*")]
+    dirs: list[str] = []
+    for path in paths:
+        # The directory as named (the linker looks there) and where it resolves.
+        for parent in (os.path.dirname(path), os.path.dirname(os.path.realpath(path))):
             if not parent.startswith("/usr/") and parent not in dirs:
                 dirs.append(parent)
     return dirs
@@ -94,7 +99,10 @@ def gpu_binds(minors: tuple[int, ...], dev: Path = DEV) -> GpuBinds:
         if (dev / name).exists():
             # --dev-bind: CUDA needs the node usable as a device (other binds are nodev).
             args += ["--dev-bind", str(dev / name), f"/dev/{name}"]
-    for directory in _library_dirs():
+    libraries = _library_dirs()
+    for directory in libraries:
         args += ["--ro-bind", directory, directory]
-    visible = ",".join(_uuid(m) or str(m) for m in minors)
-    return GpuBinds(args=args, env={"CUDA_VISIBLE_DEVICES": visible})
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(_uuid(m) or str(m) for m in minors)}
+    if libraries:
+        env["LD_LIBRARY_PATH"] = ":".join(libraries)
+    return GpuBinds(args=args, env=env)
