@@ -24,6 +24,8 @@ from pathlib import Path
 DEV = Path("/dev")
 DRIVER_PROC = Path("/proc/driver/nvidia/gpus")
 CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+SYSTEM_TOPS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""Bound read-only into every sandbox already (``runner._system_binds``)."""
 DRIVER_LIBRARIES = ("cuda", "nvidia-ml", "nvidia-ptxjitcompiler", "nvidia-nvvm",
                     "nvidia-gpucomp")
 """What CUDA programs dlopen from the driver (torch needs the first two; the
@@ -67,7 +69,7 @@ def _uuid(minor: int, driver_proc: Path = DRIVER_PROC) -> str | None:
 
 
 def _library_dirs(environ: dict[str, str] | None = None) -> list[str]:
-    """Directories outside /usr holding the driver's user-space libraries: from
+    """Directories holding the driver's user-space libraries: from
     the linker cache, or the worker's LD_LIBRARY_PATH (containers often put
     the driver in /usr/local/nvidia/lib64 and point only that variable at it)."""
     env = os.environ if environ is None else environ
@@ -85,9 +87,15 @@ def _library_dirs(environ: dict[str, str] | None = None) -> list[str]:
     for path in paths:
         # The directory as named (the linker looks there) and where it resolves.
         for parent in (os.path.dirname(path), os.path.dirname(os.path.realpath(path))):
-            if not parent.startswith("/usr/") and parent not in dirs:
+            if parent not in dirs:
                 dirs.append(parent)
     return dirs
+
+
+def _visible_already(directory: str) -> bool:
+    """Inside /usr or a top-level system directory, which every sandbox sees."""
+    top = "/" + directory.strip("/").split("/", 1)[0]
+    return top in SYSTEM_TOPS
 
 
 def gpu_binds(minors: tuple[int, ...], dev: Path = DEV) -> GpuBinds:
@@ -101,7 +109,8 @@ def gpu_binds(minors: tuple[int, ...], dev: Path = DEV) -> GpuBinds:
             args += ["--dev-bind", str(dev / name), f"/dev/{name}"]
     libraries = _library_dirs()
     for directory in libraries:
-        args += ["--ro-bind", directory, directory]
+        if not _visible_already(directory):
+            args += ["--ro-bind", directory, directory]
     env = {"CUDA_VISIBLE_DEVICES": ",".join(_uuid(m) or str(m) for m in minors)}
     if libraries:
         env["LD_LIBRARY_PATH"] = ":".join(libraries)

@@ -168,6 +168,10 @@ def _parent_dirs(binds: list[str]) -> list[str]:
 ENVIRONMENT = {
     "PATH": "/usr/bin:/bin",
     "HOME": "/work",
+    # The sandbox's uid has no passwd entry; libraries that ask for a user
+    # name (getpass.getuser(), as torch's compile caches do) read these first.
+    "USER": "tenant",
+    "LOGNAME": "tenant",
     "TMPDIR": "/tmp",
     "LANG": "C.UTF-8",
     "PYTHONDONTWRITEBYTECODE": "1",

@@ -32,6 +32,8 @@ STARTUP_SECONDS = 30.0
 REPLY_BUDGET = protocol.MAX_HEADER_BYTES // 2
 """What one step reply should stay under: half the cap, since metrics vary
 in size from one batch to the next."""
+STATE_IO_BYTES = 1 << 30
+"""Per read or write of a state: one call, so one copy and no joining, below 1 GiB."""
 FIRST_STEP_CALL = 8
 """Iterations of a sandbox's first step call, which measures its reply size."""
 STATE_SHARE = 4
@@ -249,7 +251,7 @@ class SandboxedTrainer(Trainer):
         parts: list[bytes] = []
         done = 0
         while done < size:
-            part = os.pread(fd, min(size - done, 1 << 26), done)
+            part = os.pread(fd, min(size - done, STATE_IO_BYTES), done)
             if not part:
                 raise self._fail("trainer broke the sandbox protocol during state(): "
                                  f"announced {size} bytes, wrote {done}")
@@ -269,7 +271,7 @@ class SandboxedTrainer(Trainer):
         os.ftruncate(fd, 0)
         done = 0
         while done < len(view):
-            done += os.pwrite(fd, view[done:done + (1 << 26)], done)
+            done += os.pwrite(fd, view[done:done + STATE_IO_BYTES], done)
         try:
             reply, _ = self.call("restore()", {"op": "restore", "state_bytes": len(view)})
         finally:
