@@ -130,7 +130,9 @@ def _detect_v1(mount: Path, parent: str, proc_cgroup: Path) -> CgroupHost:
 
 def _write(path: Path, value: str) -> None:
     # One write(2) per value: cgroup files act on each write, not on close.
-    fd = os.open(path, os.O_WRONLY)
+    # O_CREAT does nothing on cgroupfs (its files exist or cannot be made)
+    # and lets a directory laid out like it stand in for it in unit tests.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.write(fd, value.encode())
     finally:
