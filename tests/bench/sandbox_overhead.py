@@ -179,6 +179,10 @@ def main() -> None:
     spare.replenish(sandboxed.limits_from(settings))  # a spare for the first chunk
     for _ in range(args.chunks):
         for side in SIDES:
+            # The spare's imports (seconds of CPU with torch) run between
+            # chunks on a worker; here they would land in whichever side runs
+            # next, so wait them out first.
+            spare.wait_ready(120)
             if side == "in-process":
                 wall, states[side], mark = in_process_chunk(cls, data, states[side],
                                                             iterations, batch)

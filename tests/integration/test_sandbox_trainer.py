@@ -222,6 +222,14 @@ def test_no_route_holds_more_than_the_memory_limit(route: str, bystander: Bystan
                "the sandbox's cgroup to be removed")
 
 
+def test_a_limit_too_small_for_the_preimports_says_so() -> None:
+    pytest.importorskip("torch", reason="torch is not installed here")
+    # torch's libraries alone need more than 64 MiB resident.
+    with pytest.raises(SandboxError, match=r"ran out of memory \(limit 64 MiB\) while starting "
+                       r"\(importing numpy, torch\); raise SANDBOX_MEMORY_MIB"):
+        _open("logistic.py", sandbox_memory_mib=64, sandbox_preimport=["numpy", "torch"])
+
+
 def test_a_worker_without_a_usable_cgroup_refuses_tenant_code() -> None:
     # A control file as the parent: no cgroup can be made under it.
     with pytest.raises(SandboxUnavailable, match="needs a cgroup for its memory"):

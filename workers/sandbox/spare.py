@@ -4,10 +4,10 @@ Starting a sandbox costs little (bubblewrap: ~10 ms), but the interpreter's
 imports cost a few hundred ms of CPU (numpy, pydantic) to seconds (torch:
 ``SANDBOX_PREIMPORT``). A worker keeps
 one sandbox started ahead, before any tenant's code or data is in it, and
-hands it to the next chunk; when that chunk's sandbox closes, it starts the
-next spare. Each sandbox still
-serves exactly one chunk of one job: a spare has run no code but ours and
-holds nothing, so handing it over shares nothing between tenants.
+hands it to the next job that comes to the slot; when that sandbox closes,
+it starts the next spare. Each sandbox still serves exactly one job: a
+spare has run no code but ours (its imports and warm-ups) and holds nothing
+of any tenant, so handing it over shares nothing between tenants.
 """
 
 from __future__ import annotations

@@ -327,6 +327,13 @@ def _ready(process: SandboxProcess, data: TrainingData, seed: int, call_seconds:
     try:
         ready, _ = trainer.reader.message(1024, deadline)
     except (protocol.DeadlineExceeded, EOFError, protocol.ProtocolError) as exc:
+        if process.oom_killed():
+            # Before any tenant code: the limit is too small for what spares import.
+            limits = process.limits
+            raise trainer._fail(
+                f"trainer sandbox ran out of memory (limit {limits.memory_mib} MiB) while "
+                f"starting (importing {', '.join(limits.preimport) or 'nothing'}); raise "
+                "SANDBOX_MEMORY_MIB or trim SANDBOX_PREIMPORT") from None
         trainer.close()
         output = trainer.output_tail()
         tail = output.strip().splitlines()[-3:]
