@@ -78,6 +78,23 @@ def test_no_cgroup_filesystem_is_refused(tmp_path: Path) -> None:
         _detect(tmp_path)
 
 
+def test_sweep_removes_what_dead_workers_left_and_nothing_else(tmp_path: Path) -> None:
+    _v2(tmp_path)
+    host = _detect(tmp_path)
+    parent = host.parents["unified"]
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    here = cgroup._pid_namespace()
+    left = parent / f"sandbox-{here}-{dead.pid}-0123456789ab"
+    ours = parent / f"sandbox-{here}-{os.getpid()}-0123456789ab"
+    # Another container's worker, whose pids mean nothing here.
+    elsewhere = parent / f"sandbox-1{here}-{dead.pid}-0123456789ab"
+    for path in (left, ours, elsewhere):
+        path.mkdir()
+    assert cgroup.sweep(host) == 1
+    assert not left.exists() and ours.exists() and elsewhere.exists()
+
+
 def test_kill_ends_every_process_listed_in_the_cgroup(tmp_path: Path) -> None:
     _v2(tmp_path)
     box = cgroup.SandboxCgroup(_detect(tmp_path), 1 << 30, 8)

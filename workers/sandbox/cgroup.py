@@ -128,6 +128,53 @@ def _detect_v1(mount: Path, parent: str, proc_cgroup: Path) -> CgroupHost:
     return CgroupHost(version=1, parents=parents)
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (its inode), so workers of different
+    containers sharing one parent cgroup never judge each other's pids."""
+    try:
+        return os.readlink("/proc/self/ns/pid").split("[")[-1].rstrip("]")
+    except OSError:
+        return "0"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(host: CgroupHost) -> int:
+    """Remove sandbox cgroups left by workers that died without removing
+    them. Their sandboxes died with them (--die-with-parent), but a worker
+    killed between freezing a sandbox and thawing it (v1) leaves its
+    processes frozen with their SIGKILL pending: thaw them, kill what is
+    left, and remove each cgroup the kernel lets go (an emptied one that
+    still shows a dying process is taken by the next sweep). Returns how
+    many went."""
+    removed = 0
+    namespace = _pid_namespace()
+    for key, parent in host.parents.items():
+        for path in parent.glob(f"sandbox-{namespace}-*-*"):
+            pid = path.name.split("-")[2]
+            if not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+            if key == "freezer":
+                with contextlib.suppress(OSError):
+                    _write(path / "freezer.state", "THAWED")
+            with contextlib.suppress(OSError, ValueError):
+                for task in (path / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(int(task), signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                path.rmdir()
+                removed += 1
+    return removed
+
+
 def _write(path: Path, value: str) -> None:
     # One write(2) per value: cgroup files act on each write, not on close.
     # O_CREAT does nothing on cgroupfs (its files exist or cannot be made)
@@ -156,7 +203,9 @@ class SandboxCgroup:
     def __init__(self, host: CgroupHost, memory_bytes: int, max_pids: int) -> None:
         self.host = host
         self.memory_bytes = memory_bytes
-        self.name = f"sandbox-{os.getpid()}-{secrets.token_hex(6)}"
+        # Who made it (pid namespace, pid), so ``sweep`` can tell a dead
+        # worker's leftovers from a live worker's sandboxes.
+        self.name = f"sandbox-{_pid_namespace()}-{os.getpid()}-{secrets.token_hex(6)}"
         self.dirs = {key: parent / self.name for key, parent in host.parents.items()}
         made: list[Path] = []
         try:
@@ -224,24 +273,29 @@ class SandboxCgroup:
                 found.update(int(x) for x in Path(procs).read_text().split())
         return sorted(found)
 
-    def kill(self) -> None:
-        """SIGKILL every process in the sandbox, forks racing the kill included."""
+    def kill(self, *, freeze: bool = True) -> None:
+        """SIGKILL every process in the sandbox; with ``freeze`` (v1), forks
+        racing the kill included. Freeze only where the caller is sure to
+        get to the thaw: a daemon thread stopped by the worker's exit in
+        between would leave the sandbox frozen (``sweep`` mends that)."""
         if self.host.version == 2 and (self.dirs["unified"] / "cgroup.kill").exists():
             with contextlib.suppress(OSError):
                 _write(self.dirs["unified"] / "cgroup.kill", "1")
             return
-        freezer = self.dirs.get("freezer")
+        freezer = self.dirs.get("freezer") if freeze else None
         if freezer is not None:
             # Frozen, nothing can fork between reading the list and the kills.
             with contextlib.suppress(OSError):
                 _write(freezer / "freezer.state", "FROZEN")
-        for pid in self.pids():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        if freezer is not None:
-            # SIGKILL is delivered once the tasks thaw.
-            with contextlib.suppress(OSError):
-                _write(freezer / "freezer.state", "THAWED")
+        try:
+            for pid in self.pids():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        finally:
+            if freezer is not None:
+                # SIGKILL is delivered once the tasks thaw.
+                with contextlib.suppress(OSError):
+                    _write(freezer / "freezer.state", "THAWED")
 
     def remove(self, timeout: float = REMOVE_SECONDS) -> bool:
         """Kill what is left and remove the cgroup once its processes are gone;
@@ -249,7 +303,10 @@ class SandboxCgroup:
         deadline = time.monotonic() + timeout
         pending = list(self.dirs.values())
         while pending:
-            self.kill()
+            # No freezing here: this runs on a reaper thread that the worker's
+            # exit may stop at any point, and the first kill already froze out
+            # forks; what is left is dying.
+            self.kill(freeze=False)
             for path in list(pending):
                 try:
                     path.rmdir()

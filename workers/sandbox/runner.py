@@ -99,8 +99,11 @@ def _binaries() -> _Binary:
 
 @lru_cache(maxsize=4)
 def cgroup_host(parent: str) -> cgroup.CgroupHost:
-    """This worker's cgroup layout, found once per process and parent."""
-    return cgroup.detect(parent=parent)
+    """This worker's cgroup layout, found once per process and parent (and
+    cleared of what dead workers left)."""
+    host = cgroup.detect(parent=parent)
+    cgroup.sweep(host)
+    return host
 
 
 def sandbox_cgroup(limits: SandboxLimits) -> cgroup.SandboxCgroup | None:
