@@ -37,6 +37,18 @@ if ! command -v bwrap >/dev/null 2>&1; then
   echo "installing bubblewrap for the tenant-code sandbox..."
   apt_install bubblewrap || echo "warning: could not install bubblewrap"
 fi
+# Tenant-code sandboxes need a cgroup with the memory and pids controllers
+# (workers refuse tenant code without one, and so do the sandbox tests).
+py=.venv/bin/python; [ -x "$py" ] || py=python3
+if ! cgroup_report=$("$py" -c "from workers.sandbox.cgroup import detect; print(detect())" 2>&1); then
+  echo "warning: no cgroup for tenant-code sandboxes; the sandbox tests will fail:"
+  echo "  ${cgroup_report##*CgroupUnavailable: }"
+  echo "  (cgroup v2: make an empty cgroup with memory and pids, e.g. as root"
+  echo "  'mkdir /sys/fs/cgroup/slaq-tests', and export SANDBOX_CGROUP_PARENT=slaq-tests;"
+  echo "  see deploy/PRODUCTION.md)"
+else
+  echo "cgroups for sandboxes: ${cgroup_report}"
+fi
 if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
   echo "installing docker-compose (to check docker-compose.yml parses)..."
   apt_install docker-compose || echo "warning: could not install docker-compose"

@@ -97,24 +97,37 @@ class Settings(BaseSettings):
     demo_password: str = Field(
         "", description="The seeded demo tenant admin's first password; as ADMIN_PASSWORD")
     sandbox_memory_mib: int = Field(
-        2048, ge=64, le=1_048_576,
-        description="Address-space limit of one sandboxed tenant trainer process (MiB)")
-    sandbox_cpu_seconds: int = Field(
-        300, ge=1, description="CPU time one sandboxed tenant trainer process may use")
+        4096, ge=64, le=1_048_576,
+        description="Memory one sandboxed tenant trainer may hold, everything counted "
+        "(processes, memfds, tmpfs, shared memory, dirtied page cache), by cgroup (MiB)")
     sandbox_step_timeout_seconds: float | None = Field(
         None, gt=0, description="How long the worker waits for one answer from tenant code "
         "before killing it; empty means LEASE_SECONDS")
     sandbox_max_processes: int = Field(
-        32, ge=1, le=4096, description="Processes and threads tenant code may run at once")
-    sandbox_file_mib: int = Field(
-        64, ge=1, description="Largest file tenant code may write (MiB)")
+        64, ge=1, le=4096, description="Processes and threads tenant code may run at once "
+        "(cgroup pids.max)")
     sandbox_work_mib: int = Field(
-        256, ge=1, description="Size of the private /work and /tmp of tenant code (MiB each)")
+        1024, ge=1, description="Size of the private /work and /tmp of tenant code (MiB "
+        "each; what they hold counts against SANDBOX_MEMORY_MIB)")
     sandbox_prestart: bool = Field(
         True, description="Keep one empty sandbox started ahead per worker process, so a "
         "chunk of tenant code does not wait for the interpreter's imports")
-    sandbox_max_state_mib: int = Field(
-        256, ge=1, description="Largest training state tenant code may return (MiB)")
+    sandbox_preimport: Annotated[list[str], NoDecode] = Field(
+        ["numpy", "torch"], description="Modules a sandbox imports before tenant code "
+        "enters (comma-separated; ones not installed are skipped)")
+    sandbox_max_state_mib: int | None = Field(
+        None, ge=1, description="Largest training state tenant code may return (MiB); "
+        "empty means a quarter of SANDBOX_MEMORY_MIB")
+    sandbox_gpus: str = Field(
+        "auto", description="GPUs whose device nodes the sandbox gets: 'auto' (the "
+        "worker's CUDA_VISIBLE_DEVICES, else the host's only GPU), 'none', or minor "
+        "numbers such as '0' or '2,3'")
+    sandbox_cgroup_parent: str = Field(
+        "", description="cgroup (path under the cgroup mount, or each v1 hierarchy) under "
+        "which sandboxes get their own cgroups; empty means the worker's own")
+    sandbox_require_cgroup: bool = Field(
+        True, description="Refuse tenant code when no cgroup can bound its memory and "
+        "processes; false only on development machines without cgroups")
     metrics_token: SecretStr = Field(
         SecretStr(""),
         description="Bearer token that may read the API's /metrics besides platform admins' "
@@ -137,7 +150,7 @@ class Settings(BaseSettings):
         description="Reverse proxies (IPs or networks, comma-separated) whose "
         "X-Forwarded-For is believed; empty means the socket's peer is the client")
 
-    @field_validator("trusted_proxies", mode="before")
+    @field_validator("trusted_proxies", "sandbox_preimport", mode="before")
     @classmethod
     def _split_proxies(cls, value: object) -> object:
         if isinstance(value, str):

@@ -1,6 +1,14 @@
 """Per-chunk overhead of sandboxed tenant code vs the same maths in-process.
 
     .venv/bin/python -m tests.bench.sandbox_overhead [--chunks 10] [--chunk-seconds 1.0]
+    .venv/bin/python -m tests.bench.sandbox_overhead --torch [--chunks 5] [--hidden 4096]
+
+``--torch`` instead measures a tenant torch trainer (``torch_mlp.py``, by
+default 3 hidden layers of 4096: 33.6M parameters, ~400 MB of state with
+Adam) chunk by chunk: how long until its sandbox is ready to step (sandbox
+start, tenant module import and model build, restore of the last state), in
+a cold sandbox, in a pre-started spare that has imported torch, and for the
+same steps in-process; and how long its state takes to cross.
 
 One trainer source (``tests/fixtures/trainers/logistic.py``) is run two ways,
 chunk by chunk as a worker runs a job: built from params, data and seed,
@@ -114,7 +122,7 @@ def sandboxed_chunk(settings: Settings, data: TrainingData, state: bytes | None,
     data_meta, blob = sandboxed.encode_data(data)
     trainer = sandboxed.start_sandbox(
         sandboxed.limits_from(settings), data, 1, call_seconds=60.0,
-        max_state_bytes=settings.sandbox_max_state_mib * 1024 * 1024, prestart=prestart)
+        max_state_bytes=sandboxed.max_state_bytes(settings), prestart=prestart)
     marks["start"] = time.perf_counter() - started
     loaded = time.perf_counter()
     trainer.load_and_init(SOURCE.read_bytes(), data_meta, blob, PARAMS)
@@ -144,7 +152,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--chunks", type=int, default=10)
     parser.add_argument("--chunk-seconds", type=float, default=1.0)
+    parser.add_argument("--torch", action="store_true",
+                        help="time a tenant torch trainer's readiness and state instead")
+    parser.add_argument("--hidden", type=int, default=4096)
+    parser.add_argument("--layers", type=int, default=3)
     args = parser.parse_args()
+    if args.torch:
+        from tests.bench.sandbox_torch import main as torch_main
+
+        torch_main(args.chunks, args.hidden, args.layers)
+        return
     # Tenant code gets one BLAS thread (a chunk holds one CPU slot); give the
     # in-process side the same, or the comparison measures thread contention.
     threadpool_limits(1)
@@ -162,6 +179,10 @@ def main() -> None:
     spare.replenish(sandboxed.limits_from(settings))  # a spare for the first chunk
     for _ in range(args.chunks):
         for side in SIDES:
+            # The spare's imports (seconds of CPU with torch) run between
+            # chunks on a worker; here they would land in whichever side runs
+            # next, so wait them out first.
+            spare.wait_ready(120)
             if side == "in-process":
                 wall, states[side], mark = in_process_chunk(cls, data, states[side],
                                                             iterations, batch)

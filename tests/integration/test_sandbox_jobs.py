@@ -160,3 +160,17 @@ def test_garbage_on_the_pipe_fails_with_a_protocol_reason(api: httpx.Client,
                                                           portal: Portal) -> None:
     reason, _ = _hostile(api, portal, "garbage_pipe.py")
     assert "broke the sandbox protocol" in reason
+
+
+@pytest.mark.parametrize("route", ["memfd", "children", "shm"])
+def test_memory_held_by_any_route_fails_the_job_and_the_worker_lives_on(
+        route: str, api: httpx.Client, portal: Portal) -> None:
+    # 1,024 MiB against the workers' 768 MiB limit, by routes a per-process
+    # address-space limit never saw (issue 40: 3,072 MiB in 96 memfds).
+    reason, _ = _hostile(api, portal, "memory_routes.py",
+                         ('route: str = "anon"', f'route: str = "{route}"'))
+    assert "SandboxError: trainer ran out of memory (limit 768 MiB)" in reason, reason
+    assert "HELD" not in reason
+    # The worker that ran it takes the next job as usual.
+    after = _finished(api, _submit(api, _upload(api, "logistic.py"), 20), portal)
+    assert after["status"] == "completed", (after, portal.log_tail())

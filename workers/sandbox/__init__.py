@@ -1,4 +1,4 @@
-"""Tenant trainer code, run one sandboxed process per chunk (bubblewrap).
+"""Tenant trainer code, run in a bubblewrap sandbox with a cgroup of its own.
 
 ``open_sandboxed_trainer`` is the entry point; see ``deploy/PRODUCTION.md``
 for what the sandbox does and does not protect against.

@@ -1,11 +1,15 @@
-"""Entry point run INSIDE the sandbox (``python -I -S child.py FD_IN FD_OUT``).
+"""Entry point run INSIDE the sandbox (``python -I -S child.py FD_IN FD_OUT FD_STATE MODULES``).
 
 Self-contained on purpose: the portal's packages are not visible in the
 sandbox, only the standard library, the read-only site-packages, this file and
 the trainer contract (mounted as the tiny package ``slaq_trainer``). It serves
 the worker's requests over two pipe fds with length-prefixed frames: a JSON
-header, then ``n_raw`` raw frames. Everything it answers is checked again on
-the worker side, so nothing here needs to be trusted.
+header, then ``n_raw`` raw frames. Training states cross in FD_STATE, a memfd the
+worker shares (written from offset 0, its size in the reply), rather than the
+pipe. MODULES (comma-separated, e.g. ``numpy,torch``) are imported before the
+first request, so a spare sandbox has paid for them before tenant code
+enters. Everything it answers is checked again on the worker side, so
+nothing here needs to be trusted.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ WORK = "/work"
 _LEN = struct.Struct(">I")
 # The worker caps what it reads from us; this only stops a runaway request.
 _MAX_IN = 1 << 31
+_IO_BYTES = 1 << 30
+"""Per read or write of a state: one call (one copy, no joining) below 1 GiB."""
 
 for path in (LIB, SITE, SITE + "-plat"):
     if os.path.isdir(path) and path not in sys.path:
@@ -35,6 +41,53 @@ for path in (LIB, SITE, SITE + "-plat"):
 import numpy as np  # noqa: E402
 import numpy.random  # noqa: E402, F401  (lazily imported by numpy otherwise)
 import slaq_trainer  # noqa: E402  (the contract)
+
+
+def _warm_torch(torch: Any) -> None:
+    """What every torch trainer's first chunk would otherwise pay: building an
+    optimiser imports torch._dynamo and sympy (1.6 s of CPU), the first
+    backward pass and torch.save/load set up lazily; with the slot's GPU, the
+    CUDA context and cuBLAS (0.3 s, and 0.2 s more at the first step). The
+    context holds some GPU memory while the spare waits: the slot's own GPU,
+    which the next job on the slot uses anyway."""
+    import io
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(),
+                                    torch.nn.Linear(8, 2)).to(device)
+        for optimiser in (torch.optim.Adam(model.parameters()),
+                          torch.optim.SGD(model.parameters())):
+            loss = torch.nn.functional.cross_entropy(
+                model(torch.zeros(4, 8, device=device)),
+                torch.tensor([0, 1, 0, 1], device=device))
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+        buffer = io.BytesIO()
+        torch.save({"model": model.state_dict()}, buffer)
+        torch.load(io.BytesIO(buffer.getvalue()), map_location=device, weights_only=True)
+        float(loss)  # waits for the device
+
+
+_WARM_UPS = {"torch": _warm_torch}
+"""Modules whose first use costs much more than their import."""
+
+
+def _preimport(names: str) -> None:
+    """Import (and warm up) the operator's heavy modules now; one not
+    installed is skipped."""
+    for name in filter(None, (part.strip() for part in names.split(","))):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if name in _WARM_UPS:
+            _WARM_UPS[name](module)
+
+
+if len(sys.argv) > 4:
+    _preimport(sys.argv[4])
 
 
 def _warm_up() -> None:
@@ -157,9 +210,31 @@ def _trainer_class(module: Any) -> type:
     return found[0]
 
 
+def _write_state(fd: int, blob: bytes | bytearray | memoryview) -> int:
+    view = memoryview(blob).cast("B")
+    os.ftruncate(fd, 0)  # drop the last state's pages before writing this one
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:done + _IO_BYTES], done)
+    return done
+
+
+def _read_state(fd: int, size: int) -> bytes:
+    parts = []
+    done = 0
+    while done < size:
+        part = os.pread(fd, min(size - done, _IO_BYTES), done)
+        if not part:
+            raise EOFError("the state file is shorter than announced")
+        parts.append(part)
+        done += len(part)
+    return b"".join(parts)
+
+
 class Server:
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: Channel, state_fd: int) -> None:
         self.channel = channel
+        self.state_fd = state_fd
         self.cls: Any = None
         self.data: Any = None
         self.trainer: Any = None
@@ -200,7 +275,7 @@ class Server:
 
     def op_restore(self, req: dict[str, Any], raws: list[bytes]) -> dict[str, Any]:
         trainer = self._need()
-        trainer.restore(raws[0])
+        trainer.restore(_read_state(self.state_fd, int(req["state_bytes"])))
         return {"ok": True, "iteration": int(trainer.iteration)}
 
     def op_step(self, req: dict[str, Any], raws: list[bytes]) -> dict[str, Any]:
@@ -221,14 +296,13 @@ class Server:
             if op == "close":
                 self.channel.send({"ok": True})
                 return
-            raw_out: tuple[bytes, ...] = ()
             try:
                 if op == "state":
                     blob = self._need().state()
                     if not isinstance(blob, bytes | bytearray | memoryview):
                         raise TypeError(f"state() must return bytes, got {type(blob).__name__}")
-                    reply: dict[str, Any] = {"ok": True}
-                    raw_out = (bytes(blob),)
+                    reply: dict[str, Any] = {"ok": True,
+                                             "state_bytes": _write_state(self.state_fd, blob)}
                 else:
                     handler = getattr(self, f"op_{op}", None)
                     if handler is None:
@@ -241,18 +315,18 @@ class Server:
                     reply = _reason(exc)
                     traceback.print_exc()
             try:
-                self.channel.send(reply, raw_out)
+                self.channel.send(reply)
             except (TypeError, ValueError) as exc:
                 self.channel.send({"ok": False, "error": f"trainer returned a value that is "
                                    f"not JSON: {exc}", "where": ""})
 
 
 def main() -> None:
-    fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
+    fd_in, fd_out, fd_state = (int(arg) for arg in sys.argv[1:4])
     os.chdir(WORK)
     channel = Channel(fd_in, fd_out)
     channel.send({"ok": True, "ready": True, "pid": os.getpid()})
-    Server(channel).serve()
+    Server(channel, fd_state).serve()
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: tenant atexit hooks and finalisers have had their turn.

@@ -64,6 +64,8 @@ class Reader:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.buffer = bytearray()
+        self.last_header_bytes = 0
+        """The size of the last reply's JSON part (step batches are sized by it)."""
 
     def _fill(self, need: int, deadline: float) -> None:
         while len(self.buffer) < need:
@@ -95,6 +97,7 @@ class Reader:
 
     def message(self, raw_cap: int, deadline: float) -> tuple[dict[str, Any], list[bytes]]:
         body = self.frame(MAX_HEADER_BYTES, "reply", deadline)
+        self.last_header_bytes = len(body)
         try:
             header = json.loads(body)
         except (UnicodeDecodeError, ValueError) as exc:

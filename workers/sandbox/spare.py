@@ -1,12 +1,13 @@
 """One pre-started, still empty sandbox per worker process.
 
 Starting a sandbox costs little (bubblewrap: ~10 ms), but the interpreter's
-imports of numpy and pydantic cost a few hundred ms of CPU. A worker keeps
+imports cost a few hundred ms of CPU (numpy, pydantic) to seconds (torch:
+``SANDBOX_PREIMPORT``). A worker keeps
 one sandbox started ahead, before any tenant's code or data is in it, and
-hands it to the next chunk; when that chunk's sandbox closes, it starts the
-next spare. Each sandbox still
-serves exactly one chunk of one job: a spare has run no code but ours and
-holds nothing, so handing it over shares nothing between tenants.
+hands it to the next job that comes to the slot; when that sandbox closes,
+it starts the next spare. Each sandbox still serves exactly one job: a
+spare has run no code but ours (its imports and warm-ups) and holds nothing
+of any tenant, so handing it over shares nothing between tenants.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ import atexit
 import contextlib
 import os
 import queue
+import select
 import threading
+import time
 
 from workers.sandbox.runner import SandboxLimits, SandboxProcess
 
 _lock = threading.Lock()
+_started = threading.Condition(_lock)
+"""Notified when a new spare is in place."""
 _spare: SandboxProcess | None = None
 _requests: queue.SimpleQueue[SandboxLimits] | None = None
 _requests_pid = 0
@@ -52,6 +57,7 @@ def _start_spare(limits: SandboxLimits) -> None:
     fresh = SandboxProcess(limits)
     with _lock:
         old, _spare = _spare, fresh
+        _started.notify_all()
     if old is not None:
         old.kill(wait=False)
 
@@ -75,6 +81,21 @@ def _starter() -> queue.SimpleQueue[SandboxLimits]:
             threading.Thread(target=_run_starter, args=(_requests,), daemon=True,
                              name="sandbox-spare-starter").start()
         return _requests
+
+
+def wait_ready(timeout: float) -> bool:
+    """Wait until a spare is in place and its child has finished its imports
+    (its first message, "ready", is in the pipe; ``take`` leaves it there for
+    the trainer to read). For benchmarks and tests; workers never wait."""
+    deadline = time.monotonic() + timeout
+    with _started:
+        _started.wait_for(lambda: _spare is not None, timeout)
+        process = _spare
+    if process is None:
+        return False
+    readable, _, _ = select.select([process.read_fd], [], [],
+                                   max(0.0, deadline - time.monotonic()))
+    return bool(readable)
 
 
 def discard() -> None:

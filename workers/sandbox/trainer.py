@@ -9,6 +9,7 @@ message is the reason shown with the job, and the sandbox is ended.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workers.sandbox import protocol, spare
+from workers.sandbox import gpu, protocol, spare
 from workers.sandbox.runner import SandboxLimits, SandboxProcess
 from workers.trainers.contract import Metrics, Trainer, TrainerParams, TrainingData
 
@@ -28,7 +29,18 @@ if TYPE_CHECKING:
 MAX_SOURCE_BYTES = 1 << 20
 STARTUP_SECONDS = 30.0
 """Interpreter start and imports; not a tenant's time, so not its deadline."""
-_SIGNALS = {9: "SIGKILL", 24: "SIGXCPU", 25: "SIGXFSZ", 11: "SIGSEGV", 6: "SIGABRT"}
+REPLY_BUDGET = protocol.MAX_HEADER_BYTES // 2
+"""What one step reply should stay under: half the cap, since metrics vary
+in size from one batch to the next."""
+STATE_IO_BYTES = 1 << 30
+"""Per read or write of a state: one call, so one copy and no joining, below 1 GiB."""
+FIRST_STEP_CALL = 8
+"""Iterations of a sandbox's first step call, which measures its reply size."""
+STATE_SHARE = 4
+"""The state cap, by default, is this fraction of the memory limit: taking a
+state holds the model, its serialised copy and the copy in the state memfd
+at once, all inside the limit."""
+_SIGNALS = {9: "SIGKILL", 11: "SIGSEGV", 6: "SIGABRT", 7: "SIGBUS"}
 
 
 class SandboxError(RuntimeError):
@@ -92,26 +104,27 @@ class SandboxedTrainer(Trainer):
         self.validated_params: dict[str, Any] = {}
         self.replenish_spare = False
         """Start the worker's next spare sandbox when this one closes."""
+        self.reply_bytes_per_iteration = 0.0
+        """The most reply bytes one iteration's metrics took so far."""
 
     # -- plumbing -----------------------------------------------------------
     def _death_reason(self) -> str | None:
+        if self.process.oom_killed():
+            return self._oom_reason()
         # The pipe closes as the process dies; give the kernel a moment to finish.
         try:
             code = self.process.proc.wait(0.5)
         except subprocess.TimeoutExpired:
             return None
-        limits = self.process.limits
         signal_no = -code if code < 0 else code - 128 if code > 128 else 0
-        if signal_no == 24:
-            return f"trainer used more than its {limits.cpu_seconds} s of CPU time"
-        if signal_no == 25:
-            return f"trainer wrote a file larger than its {limits.file_mib} MiB limit"
         if signal_no == 9:
-            return ("trainer process was killed (SIGKILL) by a resource limit (memory "
-                    f"{limits.memory_mib} MiB, CPU time {limits.cpu_seconds} s)")
+            return "trainer process was killed (SIGKILL)"
         if signal_no:
             return f"trainer process died of {_SIGNALS.get(signal_no, f'signal {signal_no}')}"
         return f"trainer process exited (status {code}) instead of answering"
+
+    def _oom_reason(self) -> str:
+        return f"trainer ran out of memory (limit {self.process.limits.memory_mib} MiB)"
 
     def _fail(self, reason: str) -> SandboxError:
         output = self.output_tail()
@@ -135,8 +148,11 @@ class SandboxedTrainer(Trainer):
                 seconds: float | None = None) -> tuple[dict[str, Any], list[bytes]]:
         limit = self.call_seconds if seconds is None else seconds
         try:
-            reply, got = self.reader.message(self.max_state_bytes, time.monotonic() + limit)
+            # States cross in the memfd: the pipe carries no raw frames back.
+            reply, got = self.reader.message(0, time.monotonic() + limit)
         except protocol.DeadlineExceeded:
+            if self.process.oom_killed():
+                raise self._fail(f"{self._oom_reason()} (during {what})") from None
             raise self._fail(f"trainer did not answer {what} within {limit:g} s; "
                              "it was stopped") from None
         except EOFError:
@@ -144,11 +160,14 @@ class SandboxedTrainer(Trainer):
             raise self._fail(f"{reason} (during {what})") from None
         except protocol.ProtocolError as exc:
             raise self._fail(f"trainer broke the sandbox protocol during {what}: {exc}") from None
+        if self.process.oom_killed():
+            # A process of the sandbox was killed for memory, yet the trainer
+            # answered: its answer may rest on that process's lost work.
+            raise self._fail(f"{self._oom_reason()} (during {what})")
         if not reply["ok"]:
             text = protocol.error_text(reply)
             if reply.get("memory") is True:
-                text = (f"trainer ran out of memory (limit {self.process.limits.memory_mib} "
-                        f"MiB): {text}")
+                text = f"{self._oom_reason()}: {text}"
             raise self._fail(f"trainer failed in {what}: {text}")
         return reply, got
 
@@ -186,12 +205,29 @@ class SandboxedTrainer(Trainer):
         return reply
 
     def step(self, n: int) -> list[Metrics]:
+        """``n`` iterations, in as many calls as keep each reply under
+        ``REPLY_BUDGET``: the worker sizes batches by time, and a trainer that
+        reports many metrics per iteration would outgrow the reply cap first."""
+        metrics: list[Metrics] = []
+        while len(metrics) < n:
+            size = n - len(metrics)
+            if self.reply_bytes_per_iteration:
+                size = min(size, max(1, int(REPLY_BUDGET // self.reply_bytes_per_iteration)))
+            else:
+                size = min(size, FIRST_STEP_CALL)
+            metrics += self._step_call(size)
+        return metrics
+
+    def _step_call(self, n: int) -> list[Metrics]:
         reply, _ = self.call(f"step({n})", {"op": "step", "n": int(n)})
         try:
             metrics = protocol.step_metrics(reply, n)
         except protocol.ProtocolError as exc:
             raise self._fail(f"trainer broke the sandbox protocol during step({n}): "
                              f"{exc}") from None
+        # The largest seen, so one light batch does not let the next outgrow the cap.
+        self.reply_bytes_per_iteration = max(self.reply_bytes_per_iteration,
+                                             self.reader.last_header_bytes / n)
         self.iteration += n
         return metrics
 
@@ -204,15 +240,43 @@ class SandboxedTrainer(Trainer):
                              f"{exc}") from None
 
     def state(self) -> bytes:
-        _, raws = self.call("state()", {"op": "state"})
-        if len(raws) != 1:
-            raise self._fail("trainer broke the sandbox protocol during state(): no state bytes")
-        return raws[0]
+        reply, _ = self.call("state()", {"op": "state"})
+        size = reply.get("state_bytes")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise self._fail("trainer broke the sandbox protocol during state(): no state size")
+        if size > self.max_state_bytes:
+            raise self._fail(f"trainer state of {size} bytes is over the "
+                             f"{self.max_state_bytes}-byte limit")
+        fd = self.process.state_fd
+        parts: list[bytes] = []
+        done = 0
+        while done < size:
+            part = os.pread(fd, min(size - done, STATE_IO_BYTES), done)
+            if not part:
+                raise self._fail("trainer broke the sandbox protocol during state(): "
+                                 f"announced {size} bytes, wrote {done}")
+            parts.append(part)
+            done += len(part)
+        # Give the pages back: they count against the sandbox's memory limit.
+        os.ftruncate(fd, 0)
+        return b"".join(parts)
 
     def restore(self, blob: bytes) -> None:
         if len(blob) > self.max_state_bytes:
             raise SandboxError(f"checkpoint of {len(blob)} bytes is over the state limit")
-        reply, _ = self.call("restore()", {"op": "restore"}, (bytes(blob),))
+        if self.process.closed:
+            raise SandboxError("trainer sandbox is closed; cannot restore()")
+        fd = self.process.state_fd
+        view = memoryview(blob).cast("B")
+        os.ftruncate(fd, 0)
+        done = 0
+        while done < len(view):
+            done += os.pwrite(fd, view[done:done + STATE_IO_BYTES], done)
+        try:
+            reply, _ = self.call("restore()", {"op": "restore", "state_bytes": len(view)})
+        finally:
+            if not self.process.closed:
+                os.ftruncate(fd, 0)
         iteration = reply.get("iteration")
         if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
             raise self._fail("trainer broke the sandbox protocol during restore(): "
@@ -263,6 +327,13 @@ def _ready(process: SandboxProcess, data: TrainingData, seed: int, call_seconds:
     try:
         ready, _ = trainer.reader.message(1024, deadline)
     except (protocol.DeadlineExceeded, EOFError, protocol.ProtocolError) as exc:
+        if process.oom_killed():
+            # Before any tenant code: the limit is too small for what spares import.
+            limits = process.limits
+            raise trainer._fail(
+                f"trainer sandbox ran out of memory (limit {limits.memory_mib} MiB) while "
+                f"starting (importing {', '.join(limits.preimport) or 'nothing'}); raise "
+                "SANDBOX_MEMORY_MIB or trim SANDBOX_PREIMPORT") from None
         trainer.close()
         output = trainer.output_tail()
         tail = output.strip().splitlines()[-3:]
@@ -275,10 +346,18 @@ def _ready(process: SandboxProcess, data: TrainingData, seed: int, call_seconds:
 
 def limits_from(settings: Any) -> SandboxLimits:
     return SandboxLimits(memory_mib=int(settings.sandbox_memory_mib),
-                         cpu_seconds=int(settings.sandbox_cpu_seconds),
-                         file_mib=int(settings.sandbox_file_mib),
                          max_processes=int(settings.sandbox_max_processes),
-                         work_mib=int(settings.sandbox_work_mib))
+                         work_mib=int(settings.sandbox_work_mib),
+                         preimport=tuple(settings.sandbox_preimport),
+                         gpus=gpu.slot_gpus(str(settings.sandbox_gpus)),
+                         cgroup_parent=str(settings.sandbox_cgroup_parent),
+                         require_cgroup=bool(settings.sandbox_require_cgroup))
+
+
+def max_state_bytes(settings: Any) -> int:
+    """``SANDBOX_MAX_STATE_MIB`` when set, else a share of the memory limit."""
+    mib = settings.sandbox_max_state_mib or settings.sandbox_memory_mib // STATE_SHARE
+    return int(mib) * 1024 * 1024
 
 
 def open_sandboxed_trainer(source_path: Path, params: dict[str, Any], data: TrainingData,
@@ -295,7 +374,7 @@ def open_sandboxed_trainer(source_path: Path, params: dict[str, Any], data: Trai
     data_meta, blob = encode_data(data)
     step_seconds = settings.sandbox_step_timeout_seconds or settings.lease_seconds
     trainer = start_sandbox(limits_from(settings), data, seed, call_seconds=float(step_seconds),
-                            max_state_bytes=int(settings.sandbox_max_state_mib) * 1024 * 1024,
+                            max_state_bytes=max_state_bytes(settings),
                             prestart=bool(settings.sandbox_prestart))
     try:
         trainer.load_and_init(source, data_meta, blob, params)
