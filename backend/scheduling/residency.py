@@ -82,7 +82,7 @@ def assign_slots(grants: Sequence[Grant], free: Sequence[SlotView],
 
 
 def amortised(grant: Grant, job: JobView, slot: SlotView | None,
-              resident: Mapping[int, str]) -> Grant:
+              resident: Mapping[int, str], share: float = SWITCH_SHARE) -> Grant:
     """``grant`` long enough that a job that moves spends at most
     ``SWITCH_SHARE`` of the chunk's slot time on the move.
 
@@ -90,12 +90,13 @@ def amortised(grant: Grant, job: JobView, slot: SlotView | None,
     fine-grained decisions cost nothing when nothing moves. Example: a job of
     0.01 s an iteration whose move costs 1.5 s gets at least
     1.5 * 19 / 0.01 = 2,850 iterations when it moves (28.5 s of training).
+    ``share`` 1 turns the stretching off (the simulator's trade-off studies).
     """
     stays = slot is not None and resident.get(grant.job_id) == slot.slot_id
     spi = job.seconds_per_iteration
-    if stays or job.switch_seconds <= 0 or spi is None:
+    if stays or job.switch_seconds <= 0 or spi is None or share >= 1:
         return grant
-    wanted = math.ceil(job.switch_seconds * (1 - SWITCH_SHARE) / SWITCH_SHARE / spi)
+    wanted = math.ceil(job.switch_seconds * (1 - share) / share / spi)
     iterations = min(max(grant.iterations, wanted), max(job.remaining_iterations, 1))
     return grant if iterations == grant.iterations else replace(grant, iterations=iterations)
 

@@ -55,7 +55,7 @@ from backend.scheduling.loss_history import LossHistory, LossRing
 from backend.scheduling.placement import eligible_pools, place, refusal
 from backend.scheduling.policies.oracle import TrueCurve
 from backend.scheduling.registry import SIMULATION_ONLY, make_policy
-from backend.scheduling.residency import SlotView, amortised, assign_slots
+from backend.scheduling.residency import SWITCH_SHARE, SlotView, amortised, assign_slots
 from backend.scheduling.speed import SpeedEstimates
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import (
@@ -128,6 +128,9 @@ class SimConfig:
     overhead (save, restore, dispatch), and slots, chunk lengths and the
     ranking come from the live scheduler's steps (:mod:`residency`).
     False: every chunk pays the whole overhead (the model before residency)."""
+    switch_share: float = SWITCH_SHARE
+    """A moving job's chunk is stretched until its switch is at most this share of
+    it (:func:`backend.scheduling.residency.amortised`); 1: never stretched."""
 
 
 @dataclass
@@ -429,7 +432,7 @@ def simulate(
             cost = took if config.decision_seconds is None else config.decision_seconds
             result.charged_seconds += cost
             begin = ready_at = now + cost
-        for grant, pool_name, slot in _on_slots(slots, placed, views):
+        for grant, pool_name, slot in _on_slots(slots, placed, views, config.switch_share):
             job = active[grant.job_id]
             speed = 1.0
             if pool_name is not None:
@@ -480,7 +483,8 @@ def _slots(config: SimConfig) -> list[_Slot]:
 
 
 def _on_slots(slots: list[_Slot], placed: list[tuple[Grant, str | None]],
-              views: Mapping[int, JobView]) -> list[tuple[Grant, str | None, int | None]]:
+              views: Mapping[int, JobView], share: float = SWITCH_SHARE
+              ) -> list[tuple[Grant, str | None, int | None]]:
     """Each placed grant with its slot (an index into ``slots``) and its chunk
     length, as the live scheduler assigns them: resident slot first, moves
     amortised (:mod:`backend.scheduling.residency`). Without residency, as placed."""
@@ -495,7 +499,7 @@ def _on_slots(slots: list[_Slot], placed: list[tuple[Grant, str | None]],
                                     free, holders):
         if slot is None:  # every free slot is named: only a policy bug gets here
             raise AssertionError(f"no free slot for job {grant.job_id}")
-        grant = amortised(grant, views[grant.job_id], slot, holders)
+        grant = amortised(grant, views[grant.job_id], slot, holders, share)
         out.append((grant, grant.pool or None, index[slot.slot_id]))
     return out
 

@@ -38,6 +38,7 @@ from typing import TypeVar
 import numpy as np
 
 from backend.scheduling.metrics import Figures, figures, time_to_fraction
+from backend.scheduling.residency import SWITCH_SHARE
 from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
 from backend.scheduling.synthetic import shape_of, synthetic_trace
 from backend.scheduling.trace import Trace, load_trace
@@ -77,12 +78,13 @@ def per_shape(result: SimResult) -> dict[str, dict[str, float]]:
             for shape, v in groups.items()}
 
 
-def run_cell(args: tuple[str, int, float, float, int, tuple[str, ...], bool]
+def run_cell(args: tuple[str, int, float, float, int, tuple[str, ...], bool, float]
              ) -> dict[str, dict[str, object]]:
-    name, slots, load, chunk, seed, policies, residency = args
+    name, slots, load, chunk, seed, policies, residency, share = args
     trace = get_trace(name)
     arrivals = generate_workload(trace, slots=slots, load=load, seed=seed, chunk_seconds=chunk)
-    config = SimConfig(slots=slots, chunk_seconds=chunk, residency=residency)
+    config = SimConfig(slots=slots, chunk_seconds=chunk, residency=residency,
+                       switch_share=share)
     out: dict[str, dict[str, object]] = {}
     for policy in policies:
         result = simulate(build_policy(policy, trace, arrivals), trace, arrivals, config)
@@ -119,16 +121,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-residency", action="store_true",
                         help="every chunk pays its whole overhead (the model before resident "
                         "trainers), to compare with")
+    parser.add_argument("--switch-share", type=float, default=SWITCH_SHARE,
+                        help="a moving job's chunk is stretched until its switch is at most "
+                        "this share of it (1: never stretched)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    tasks = [(t, s, load, c, seed, tuple(args.policies), not args.no_residency)
+    tasks = [(t, s, load, c, seed, tuple(args.policies), not args.no_residency,
+              args.switch_share)
              for t in args.traces
              for s in args.slots for load in args.loads for c in args.chunks
              for seed in args.seeds]
     raw = run_tasks(run_cell, tasks, args.procs)
     grid: dict[Cell, dict[str, dict[str, float]]] = {}
     shapes: dict[str, dict[str, dict[str, list[float]]]] = {}
-    for (t, s, load, c, _, _, _), runs in zip(tasks, raw, strict=True):
+    for (t, s, load, c, *_), runs in zip(tasks, raw, strict=True):
         cell = grid.setdefault((t, s, load, c), {})
         for policy, got in runs.items():
             acc = cell.setdefault(policy, {k: 0.0 for k in KEYS})
