@@ -99,7 +99,8 @@ def children(settings: Settings) -> list[Child]:
         # that holds its trainer (workers.nodes); each restarts on its own.
         Child(f"worker-{i}", node_argv(
             f"slaq-{os.getpid()}-{i}",
-            pool_queue(RedisKeys(settings.redis_prefix), settings.worker_pool), "WARNING"))
+            pool_queue(RedisKeys(settings.redis_prefix), settings.worker_pool), "WARNING",
+            quiet=True))
         for i in range(settings.workers)
     ]
 

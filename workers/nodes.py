@@ -18,9 +18,12 @@ from types import FrameType
 from workers.priority import lower_session_group
 
 
-def node_argv(name: str, queue: str, loglevel: str = "INFO") -> list[str]:
-    """The command of one slot's node, taking ``queue`` (its pool's) and its own."""
-    return [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+def node_argv(name: str, queue: str, loglevel: str = "INFO", *,
+              quiet: bool = False) -> list[str]:
+    """The command of one slot's node, taking ``queue`` (its pool's) and its own.
+    ``quiet``: no start-up banner (``slaq run`` prints one summary instead)."""
+    return [sys.executable, "-m", "celery", "-A", "workers.celery_app",
+            *(["--quiet"] if quiet else []), "worker",
             "--concurrency", "1", "--pool", "prefork", "-Q", queue,
             "--loglevel", loglevel, "--without-gossip", "--without-mingle",
             "--without-heartbeat", "-n", f"{name}@%h"]
