@@ -68,16 +68,21 @@ def assign_slots(grants: Sequence[Grant], free: Sequence[SlotView],
             return 0
         return 1 if slot.resident_job in granted else 2
 
-    spare = sorted((s for s in open_slots if s.slot_id not in taken), key=eviction_cost)
+    # Per pool, the slots left, cheapest eviction first (in the order given
+    # among equals); stored reversed to pop from the end: one pass however
+    # many slots and grants a round has.
+    spare: dict[str, list[SlotView]] = {}
+    for slot in sorted((s for s in open_slots if s.slot_id not in taken), key=eviction_cost):
+        spare.setdefault(slot.pool, []).append(slot)
+    for left in spare.values():
+        left.reverse()
     assigned: list[tuple[Grant, SlotView | None]] = []
     for grant in grants:
-        slot = chosen.get(grant.job_id)
-        if slot is None:
-            slot = next((s for s in spare if s.pool == grant.pool and s.slot_id not in taken),
-                        None)
-            if slot is not None:
-                taken.add(slot.slot_id)
-        assigned.append((grant, slot))
+        found = chosen.get(grant.job_id)
+        if found is None:
+            left = spare.get(grant.pool)
+            found = left.pop() if left else None
+        assigned.append((grant, found))
     return assigned
 
 
