@@ -4,8 +4,10 @@ Starting a sandbox costs little (bubblewrap: ~10 ms), but the interpreter's
 imports cost a few hundred ms of CPU (numpy, pydantic) to seconds (torch:
 ``SANDBOX_PREIMPORT``). A worker keeps
 one sandbox started ahead, before any tenant's code or data is in it, and
-hands it to the next job that comes to the slot; when that sandbox closes,
-it starts the next spare. Each sandbox still serves exactly one job: a
+hands it to the next job that comes to the slot; as soon as it is taken it
+starts the next spare, so a job that takes the slot from a resident one
+finds a warm sandbox (a slot holds at most its resident sandbox and one
+spare). Each sandbox still serves exactly one job: a
 spare has run no code but ours (its imports and warm-ups) and holds nothing
 of any tenant, so handing it over shares nothing between tenants.
 """
@@ -43,9 +45,9 @@ def take(limits: SandboxLimits) -> SandboxProcess:
 
 
 def replenish(limits: SandboxLimits) -> None:
-    """Have the next spare started unless one is ready. Called as a chunk's
-    sandbox closes, so the spare's imports do not compete with that chunk's
-    training; the start itself (a fork and exec) happens on the starter thread."""
+    """Have the next spare started unless one is ready. Called as a spare is
+    taken and as a sandbox closes; the start itself (a fork and exec, then the
+    spare's imports in its own process) happens on the starter thread."""
     _starter().put(limits)
 
 

@@ -308,11 +308,15 @@ def start_sandbox(limits: SandboxLimits, data: TrainingData, seed: int, *,
                   call_seconds: float, max_state_bytes: int,
                   prestart: bool = False) -> SandboxedTrainer:
     """A sandbox whose child has started and said it is ready (no tenant code yet);
-    with ``prestart``, the worker's spare, and a new spare started when it closes."""
+    with ``prestart``, the worker's spare, and the next spare started at once
+    (and again when this one closes, if that one is gone)."""
     if prestart:
         try:
             trainer = _ready(spare.take(limits), data, seed, call_seconds, max_state_bytes)
             trainer.replenish_spare = True
+            # This sandbox may stay resident for hours: the next job to come to
+            # the slot finds its spare warm instead of waiting for its imports.
+            spare.replenish(limits)
             return trainer
         except SandboxError:
             pass  # a spare that died while waiting (its parent thread ended): start afresh
