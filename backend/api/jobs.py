@@ -21,6 +21,7 @@ from backend.api.deps import (
 )
 from backend.api.one_hop import json_in_one_hop
 from backend.core.fits import read_fit
+from backend.core.model_format import model_format
 from backend.core.models import Decision, Job, JobStatus
 from backend.core.notify import publish_job_event, wake_scheduler
 from backend.core.settings import get_settings
@@ -181,8 +182,10 @@ def cancel_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: 
 
 @router.get("/{job_id}/checkpoint", response_class=Response,
             responses={200: {"content": {"application/octet-stream": {}},
-                             "description": "The trained model: a numpy .npz archive of the "
-                             "model's arrays and a JSON metadata entry (no pickle)"},
+                             "description": "The trained model in its trainer's format, "
+                             "named by X-Model-Format: npz (numpy .npz archive, no pickle), "
+                             "torch (torch.save file, .pt) or bytes (a plugin's or your own "
+                             "trainer's state(), .bin); see /help/models"},
                        404: {"description": "No such job in your tenant, or no checkpoint yet"}})
 def download_checkpoint(job_id: DbId, session: SessionDep, scope: CurrentTenant) -> Response:
     """Download the job's latest checkpoint (its model as trained so far; the
@@ -201,7 +204,9 @@ def download_checkpoint(job_id: DbId, session: SessionDep, scope: CurrentTenant)
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"the checkpoint file of job {job_id} (iteration "
                             f"{job.checkpoint_iteration}) is missing from the checkpoint store")
-    filename = f"job-{job_id}-iteration-{job.checkpoint_iteration}.npz"
+    kind = model_format(data)
+    filename = f"job-{job_id}-iteration-{job.checkpoint_iteration}{kind.suffix}"
     return Response(data, media_type="application/octet-stream",
                     headers={"Content-Disposition": f'attachment; filename="{filename}"',
+                             "X-Model-Format": kind.key,
                              "Cache-Control": "no-store"})

@@ -175,11 +175,13 @@ function renderJob() {
   $("#btn-cancel").disabled = TERMINAL.has(job.status);
   const model = $("#btn-model");
   model.disabled = job.iterations_done === 0;
+  // The file's format is the trainer's (numpy .npz, PyTorch .pt, or a
+  // plugin's own bytes): the download says which, with how to load it.
   model.title = job.iterations_done === 0
     ? "No model yet: the job has not run"
     : TERMINAL.has(job.status)
-      ? "The trained model's checkpoint (.npz)"
-      : "The model as trained so far (.npz)";
+      ? "The trained model's checkpoint, in its trainer's format"
+      : "The model as trained so far, in its trainer's format";
 
   const outcome = $("#job-outcome");
   if (job.status === "failed") {
@@ -771,14 +773,23 @@ async function downloadHistory(kind) {
   }
 }
 
+// What each X-Model-Format of the checkpoint download is (docs/models.md).
+const MODEL_FORMATS = {
+  npz: "a numpy .npz archive of the model's arrays; np.load(path, allow_pickle=False) reads it.",
+  torch: "a PyTorch file; torch.load(path, weights_only=True) reads it (the model's state_dict is under \"model\").",
+  bytes: "the bytes this job's trainer wrote with its state(); its restore() reads them.",
+};
+
 async function downloadModel() {
   const message = $("#control-message");
   const button = $("#btn-model");
   button.disabled = true;
   try {
-    const { blob, filename } = await fetchFile(`/api/v1/jobs/${JOB_ID}/checkpoint`, `job-${JOB_ID}-model.npz`);
+    const { blob, filename, headers } = await fetchFile(`/api/v1/jobs/${JOB_ID}/checkpoint`, `job-${JOB_ID}-model.bin`);
     download(filename, blob);
-    clear(message, notice("success", `Downloaded ${filename}: the model's arrays as a numpy .npz archive (np.load reads it; no pickle).`));
+    const how = MODEL_FORMATS[headers.get("X-Model-Format")] || MODEL_FORMATS.bytes;
+    clear(message, notice("success", `Downloaded ${filename}: ${how} `,
+      h("a", { href: "/help/models" }, "How to load it")));
   } catch (err) {
     clear(message, notice("error", `Could not download the model: ${err.message}`));
   } finally {
