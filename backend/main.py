@@ -24,6 +24,7 @@ from backend.api import (
     docs,
     experiments,
     health,
+    help_pages,
     job_metrics,
     jobs,
     jobs_bulk,
@@ -74,7 +75,7 @@ def create_app() -> FastAPI:
     )
     for router in (auth.router, jobs.router, live.router, catalog.router, admin.router,
                    cluster.router, health.router, pages.router, datasets.router,
-                   admin_tokens.router, docs.router):
+                   admin_tokens.router, docs.router, help_pages.router):
         app.include_router(router)
     app.include_router(jobs_bulk.router)
     app.include_router(code.router)

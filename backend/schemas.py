@@ -55,7 +55,7 @@ class StoppingRule(BaseModel):
 
 
 class JobRequirements(BaseModel):
-    """What the worker slot running the job must offer (see docs/pools.md)."""
+    """What the worker slot running the job must offer (see /help/pools on the portal)."""
 
     model_config = ConfigDict(extra="forbid")
 

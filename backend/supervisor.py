@@ -7,12 +7,14 @@ crash, and stops them all cleanly on Ctrl-C.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +107,33 @@ def children(settings: Settings) -> list[Child]:
     ]
 
 
+READY_WAIT_SECONDS = 60.0
+"""How long ``slaq run`` waits for the portal to be ready before printing its banner anyway."""
+
+
+def wait_until_ready(settings: Settings, procs: list[Child], env: dict[str, str],
+                     timeout: float = READY_WAIT_SECONDS) -> bool:
+    """True once ``/api/v1/health`` answers with a worker slot up (the
+    workers print their start-up lines before that); children are watched
+    meanwhile, so one that crashes at start is restarted. False after ``timeout``."""
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    url = f"http://{host}:{settings.port}/api/v1/health"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if json.load(response).get("worker_slots", 0) >= 1:
+                    return True
+        except (OSError, ValueError):
+            pass
+        for child in procs:
+            line = child.check(env, time.monotonic())
+            if line:
+                print(line, flush=True)
+        time.sleep(0.2)
+    return False
+
+
 def run(settings: Settings) -> int:
     # Before anything starts (a private Redis included), so a refusal leaves
     # nothing behind to clean up.
@@ -136,6 +165,12 @@ def run(settings: Settings) -> int:
     procs = children(settings)
     for child in procs:
         child.start(env)
+    # The banner holds the one-time passwords: printed once the portal is
+    # ready, after the children's start-up lines, so it is the last thing on
+    # screen (and stays so: nothing logs per scheduling round at INFO).
+    if not wait_until_ready(settings, procs, env):
+        print(f"The portal is not ready yet (API on port {settings.port}, a worker slot); "
+              "see the lines above.")
     print(f"""
 SLAQ portal is running: http://{settings.host}:{settings.port}/   (API docs: /docs)
   platform admin:    {seeded.admin.describe()}

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Mapped
 from sqlmodel import Session
 
 from backend.api.callers import callers
+from backend.api.token_use import token_use
 from backend.core.db import get_engine
 from backend.core.models import ApiToken, Role, Tenant, User, as_utc, utcnow
 from backend.core.redis_conn import get_keys, get_redis, quick_client_for
@@ -170,13 +171,18 @@ async def _caller(request: Request, session: Session) -> tuple[User, Tenant]:
         return await run_in_threadpool(_caller_from_cookie, request, session)
     token_hash = hash_token(token)
     epoch = _auth_epoch()
-    if epoch is not None:
-        remembered = callers.get(token_hash, epoch)
-        if remembered is not None:
-            return remembered
-    user, tenant, expires_at = await run_in_threadpool(_caller_from_token, session, token_hash)
-    if epoch is not None:
-        callers.put(token_hash, epoch, user, tenant, expires_at)
+    remembered = callers.get(token_hash, epoch) if epoch is not None else None
+    if remembered is not None:
+        user, tenant = remembered
+    else:
+        user, tenant, expires_at = await run_in_threadpool(_caller_from_token, session,
+                                                           token_hash)
+        if epoch is not None:
+            callers.put(token_hash, epoch, user, tenant, expires_at)
+    # Only a valid token gets here (a bad one raised above); its use is
+    # written at most once a minute, so most requests pay nothing for it.
+    if token_use.due(token_hash) and not await run_in_threadpool(token_use.record, token_hash):
+        token_use.forget(token_hash)
     return user, tenant
 
 

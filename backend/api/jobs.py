@@ -20,8 +20,9 @@ from backend.api.deps import (
     SessionDep,
 )
 from backend.api.one_hop import json_in_one_hop
-from backend.core.fits import read_fit
-from backend.core.models import Decision, Job, JobStatus
+from backend.core.fits import fit_for_chart, read_fit
+from backend.core.model_format import model_format
+from backend.core.models import Decision, Job, JobStatus, MetricRecord
 from backend.core.notify import publish_job_event, wake_scheduler
 from backend.core.settings import get_settings
 from backend.schemas import (
@@ -114,6 +115,21 @@ def get_losses(job_id: DbId, session: ReadSessionDep, scope: CurrentTenant,
     return job_service.loss_history(session=session, job_id=job.id or 0, max_points=max_points)
 
 
+def _floor(session: SessionDep, job: Job) -> float | None:
+    """0 when every value the job reported of its quality metric is >= 0 (a
+    loss that cannot go below 0, as far as the job has shown), else None: a
+    trainer may report a negative loss (a log-likelihood, say), and then its
+    prediction must not be clamped."""
+    if job.quality_metric == "loss":
+        lowest = job.best_loss
+    else:
+        lowest = session.execute(
+            select(func.min(col(MetricRecord.value)))
+            .where(col(MetricRecord.job_id) == job.id, col(MetricRecord.split) == "eval",
+                   col(MetricRecord.name) == job.quality_metric)).scalar_one_or_none()
+    return 0.0 if lowest is not None and lowest >= 0 else None
+
+
 @router.get("/{job_id}/prediction", response_model=Prediction)
 def get_prediction(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: RedisDep,
                    keys: KeysDep,
@@ -125,7 +141,8 @@ def get_prediction(job_id: DbId, session: SessionDep, scope: CurrentTenant, clie
     if fit is None:
         # Not fitted yet (too little history), or the fit has lapsed.
         return Prediction(job_id=job.id or 0, from_iteration=job.iterations_done, points=[])
-    prediction = Prediction.model_validate(fit)
+    prediction = Prediction.model_validate(
+        fit_for_chart(fit, done=job.iterations_done, floor=_floor(session, job)))
     if horizon is not None:
         last = prediction.from_iteration + horizon
         prediction.points = [p for p in prediction.points if p.iteration <= last]
@@ -181,8 +198,10 @@ def cancel_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: 
 
 @router.get("/{job_id}/checkpoint", response_class=Response,
             responses={200: {"content": {"application/octet-stream": {}},
-                             "description": "The trained model: a numpy .npz archive of the "
-                             "model's arrays and a JSON metadata entry (no pickle)"},
+                             "description": "The trained model in its trainer's format, "
+                             "named by X-Model-Format: npz (numpy .npz archive, no pickle), "
+                             "torch (torch.save file, .pt) or bytes (a plugin's or your own "
+                             "trainer's state(), .bin); see /help/models"},
                        404: {"description": "No such job in your tenant, or no checkpoint yet"}})
 def download_checkpoint(job_id: DbId, session: SessionDep, scope: CurrentTenant) -> Response:
     """Download the job's latest checkpoint (its model as trained so far; the
@@ -201,7 +220,9 @@ def download_checkpoint(job_id: DbId, session: SessionDep, scope: CurrentTenant)
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"the checkpoint file of job {job_id} (iteration "
                             f"{job.checkpoint_iteration}) is missing from the checkpoint store")
-    filename = f"job-{job_id}-iteration-{job.checkpoint_iteration}.npz"
+    kind = model_format(data)
+    filename = f"job-{job_id}-iteration-{job.checkpoint_iteration}{kind.suffix}"
     return Response(data, media_type="application/octet-stream",
                     headers={"Content-Disposition": f'attachment; filename="{filename}"',
+                             "X-Model-Format": kind.key,
                              "Cache-Control": "no-store"})

@@ -3,7 +3,8 @@ policies (platform admins: it spans every tenant's jobs).
 
 ``POST /api/v1/admin/what-if`` checks the window and starts the replay in
 the background (202); ``GET /api/v1/admin/what-if/{id}`` (or ``/latest``)
-answers its progress and, once done, the report."""
+answers its progress and, once done, the report; each says the window it
+replays (``hours``, and the report's ``since`` and ``until``)."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin
     job = ReplayJob(Window(since, until, completed), body.policies, slots,
                     settings.chunk_seconds, tenant_views(session),
                     completion_guards=body.completion_guards,
-                    in_force=in_force.completion_guard,
+                    in_force=in_force.completion_guard, hours=body.hours,
                     extra={"slots": slots, "chunk_seconds": settings.chunk_seconds,
                            "active_policy": in_force.name,
                            "completion_guard": in_force.completion_guard})
@@ -108,10 +109,13 @@ def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin
     return _known_run(what_if_runs.read(client, keys, run_id))
 
 
-@router.get("/what-if/latest")
-def latest_what_if(_scope: PlatformAdmin, client: RedisDep, keys: KeysDep) -> dict[str, Any]:
-    """The newest replay of the last day (running or finished)."""
-    return _known_run(what_if_runs.latest(client, keys))
+@router.get("/what-if/latest", responses={204: {"description": "No replay in the last day"}})
+def latest_what_if(_scope: PlatformAdmin, client: RedisDep, keys: KeysDep) -> Any:
+    """The newest replay of the last day (running or finished); 204 when there is none."""
+    run = what_if_runs.latest(client, keys)
+    # Not a 404: having no replay yet is the normal state of a portal, and the
+    # admin page asks on every load (a 404 is an error in the browser's log).
+    return Response(status_code=status.HTTP_204_NO_CONTENT) if run is None else run
 
 
 @router.get("/what-if/{run_id}")

@@ -109,7 +109,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sweep = sub.add_parser("sweep", help="submit an experiment (a sweep of configurations) "
                                          "from a JSON spec; prints its id and job ids")
-    sweep.add_argument("spec", type=Path, help="the experiment spec (docs/experiments.md)")
+    sweep.add_argument("spec", type=Path,
+                       help="the experiment spec (/help/experiments on the portal)")
     status.add_argument("--experiment", type=int, metavar="ID",
                         help="an experiment's jobs, best first by its objective")
     return parser

@@ -84,3 +84,25 @@ def read_fit(client: redis.Redis, keys: RedisKeys, job_id: int) -> dict[str, Any
         log.warning("unreadable fit for job %s; ignoring it", job_id)
         return None
     return payload if isinstance(payload, dict) else None
+
+
+def fit_for_chart(payload: Mapping[str, Any], *, done: int,
+                  floor: float | None) -> dict[str, Any]:
+    """A published fit as the job page draws it: only what lies ahead.
+
+    The scheduler refits once per round, so by the time a page asks, the job
+    may have run past the iteration it was fitted at; points at or before
+    ``done`` (the job's last done iteration) are the past and are dropped, so
+    the band starts where the job is. ``floor`` (0 for a metric that cannot go
+    below it, None when the job has reported values below 0) clamps the
+    prediction and its band: a least-squares band around a loss near 0 dips
+    below it ("band -0.014 – 0.015" for a loss that cannot be negative).
+    """
+    points = []
+    for point in payload.get("points") or []:
+        if int(point["iteration"]) <= done:
+            continue
+        if floor is not None:
+            point = {**point, **{k: max(float(point[k]), floor) for k in ("loss", "low", "high")}}
+        points.append(point)
+    return {**payload, "points": points}

@@ -128,9 +128,11 @@ def run_forever() -> None:
         try:
             result = scheduler.run_round()
             if result.grants or result.reclaimed:
-                log.info("policy=%s slots=%d free=%d runnable=%d granted=%s reclaimed=%s",
-                         result.policy, result.slots, result.free_slots, result.runnable,
-                         [(g.job_id, g.iterations) for g in result.grants], result.reclaimed)
+                # Debug: a busy portal grants every round (hundreds of lines
+                # an hour), which buried `slaq run`'s banner; LOG_LEVEL=DEBUG.
+                log.debug("policy=%s slots=%d free=%d runnable=%d granted=%s reclaimed=%s",
+                          result.policy, result.slots, result.free_slots, result.runnable,
+                          [(g.job_id, g.iterations) for g in result.grants], result.reclaimed)
         except Exception:
             log.exception("scheduling round failed; retrying next tick")
         wait_for_wake(client, keys, settings.scheduler_tick_seconds)

@@ -80,8 +80,8 @@ def assign_slots(grants: Sequence[Grant], free: Sequence[SlotView],
     for grant in grants:
         found = chosen.get(grant.job_id)
         if found is None:
-            left = spare.get(grant.pool)
-            found = left.pop() if left else None
+            pool_slots = spare.get(grant.pool)
+            found = pool_slots.pop() if pool_slots else None
         assigned.append((grant, found))
     return assigned
 

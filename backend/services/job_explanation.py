@@ -81,10 +81,16 @@ def _waiting_summary(entry: dict[str, Any]) -> str:
 
 
 def explain_job(*, status: str, end_reason: str | None, error: str | None,
-                last_reason: str | None, waiting: dict[str, Any] | None) -> JobExplanation:
+                last_reason: str | None, waiting: dict[str, Any] | None,
+                chunks_run: int = 0) -> JobExplanation:
     """The plain account of a job in ``status``; ``waiting`` is the
     scheduler's published entry for a queued job (None if it has none yet)."""
     if status == JobStatus.queued:
+        if waiting is None and chunks_run > 0:
+            # Every chunk ends in "queued" until the next round grants the
+            # next one (at once on an idle portal): training, not waiting in line.
+            return JobExplanation(summary="Between chunks: it finished a chunk and gets its "
+                                  "next one at the scheduler's next round.", detail=last_reason)
         if waiting is None:
             return JobExplanation(summary="Queued: the scheduler will place it in line at "
                                   "its next round.", detail=last_reason)

@@ -105,6 +105,8 @@ class ReplayJob:
     """Completion guards to replay the guarded policies at (none: ``in_force``)."""
     in_force: float | None = None
     """The completion guard in force: a run at it is labelled with the policy's name."""
+    hours: float | None = None
+    """The window as asked ("the last N hours"): the page shows a replay with it."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Added to the report as is (the slots, chunk length and policy in force)."""
     max_seconds: float = MAX_SECONDS
@@ -126,7 +128,8 @@ def start(client: redis.Redis, keys: RedisKeys, job: ReplayJob, *, started_by: s
     with client.pipeline() as pipe:
         pipe.hset(key, mapping={
             "state": "running", "started_at": utcnow().isoformat(), "started_by": started_by,
-            "policies": json.dumps(job.labels), "jobs": _job_count(job.workload)})
+            "policies": json.dumps(job.labels), "jobs": _job_count(job.workload),
+            **({"hours": repr(float(job.hours))} if job.hours is not None else {})})
         pipe.expire(key, KEEP_SECONDS)
         pipe.set(keys.what_if_latest, run_id, ex=KEEP_SECONDS)
         pipe.execute()
@@ -169,6 +172,7 @@ def read(client: redis.Redis, keys: RedisKeys, run_id: str) -> dict[str, Any] | 
         "id": run_id, "state": state, "started_at": fields["started_at"],
         "started_by": fields.get("started_by"), "finished_at": fields.get("finished_at"),
         "policies": json.loads(fields["policies"]), "jobs": int(fields["jobs"]),
+        "hours": float(fields["hours"]) if fields.get("hours") else None,
         "progress": {"policy": fields.get("policy"),
                      "jobs_finished": int(fields.get("jobs_finished", 0))},
         "error": fields.get("error"), "result": None,

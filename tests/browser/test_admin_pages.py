@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 from playwright.sync_api import Page, expect
 
 from backend.core.models import Role
@@ -144,3 +145,33 @@ def test_a_finished_jobs_model_downloads_from_its_page(
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         assert archive.files
     expect(page.locator("#control-message")).to_contain_text("Downloaded")
+    expect(page.locator("#control-message")).to_contain_text("numpy .npz archive")
+
+
+def test_a_torch_jobs_model_downloads_as_pt_with_how_to_load_it(
+        page: Page, accounts: Callable[..., Account], browser_portal: Portal) -> None:
+    # Issue 38: it came as a torch.save file named .npz, described as numpy.
+    torch = pytest.importorskip("torch")
+    user = accounts("tia@model-team.test", tenant="model-team")
+    with api_client(browser_portal, user) as api:
+        job_id = api.post("/api/v1/jobs", json={
+            "algorithm": "torch_mlp", "dataset": "iris",
+            "stopping": {"max_iterations": 20, "tolerance": None}}).json()["id"]
+        wait_until(lambda: api.get(f"/api/v1/jobs/{job_id}").json()["status"] == "completed",
+                   120, "the torch job to finish")
+    sign_in(page, user, f"/jobs/{job_id}")
+    with page.expect_download() as got:
+        page.get_by_role("button", name="Download model").click()
+    assert got.value.suggested_filename == f"job-{job_id}-iteration-20.pt"
+    saved = torch.load(got.value.path(), weights_only=True, map_location="cpu")
+    assert saved["trainer"] == "torch_mlp"
+    message = page.locator("#control-message")
+    expect(message).to_contain_text("a PyTorch file; torch.load(path, weights_only=True)")
+    screenshot(page, "job-model-download-torch", full_page=False)
+    # The help it links to is served by the portal, with the same recipe.
+    message.get_by_role("link", name="How to load it").click()
+    page.wait_for_url("**/help/models")
+    expect(page.get_by_role("heading", name="Downloading a job's model")).to_be_visible()
+    expect(page.locator("#help-doc")).to_contain_text("torch.load(")
+    expect(page.get_by_test_id("whoami")).to_be_visible()
+    screenshot(page, "help-models")

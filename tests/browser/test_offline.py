@@ -79,6 +79,7 @@ def test_every_page_asks_only_the_portal(make_page: Callable[..., Page],
             timeout=RENDER_MS),
         "/redoc": lambda: expect(page.get_by_role("heading", name="Submit Job").first)
         .to_be_visible(timeout=RENDER_MS),
+        "/help/models": lambda: expect(page.get_by_test_id("whoami")).to_be_visible(),
     }
     for path, check in checks.items():
         page.goto(path)

@@ -93,6 +93,9 @@ def test_every_page_renders_in_both_themes_at_desktop_and_phone_width(
             timeout=RENDER_MS)),
         "/redoc": ("redoc", lambda: expect(page.get_by_role("heading", name="Submit Job").first)
                    .to_be_visible(timeout=RENDER_MS)),
+        # A guide with a wide table and long code lines: it must fit a phone too.
+        "/help/models": ("help-models", lambda: expect(page.get_by_test_id("whoami"))
+                         .to_be_visible()),
     }
     for path, (name, check) in checks.items():
         page.goto(path)

@@ -20,10 +20,10 @@ FINISHED = {"completed", "failed", "cancelled"}
 LEGIT = ROOT / "tests" / "fixtures" / "trainers" / "logistic.py"
 
 
-def _allow_code(portal: Portal, tenant: str) -> None:
+def _allow_code(portal: Portal, tenant: str, allow: bool = True) -> None:
     with Session(engine_for(portal.db_url)) as session:
         row = session.exec(select(Tenant).where(Tenant.name == tenant)).one()
-        row.allow_code_uploads = True
+        row.allow_code_uploads = allow
         session.add(row)
         session.commit()
 
@@ -72,3 +72,55 @@ def test_tenants_without_code_uploads_do_not_see_the_section(
     sign_in(page, user, "/datasets")
     expect(page.get_by_role("heading", name="Your tenant's datasets")).to_be_visible()
     expect(page.get_by_role("heading", name="Your trainer code")).to_have_count(0)
+
+
+def test_code_turned_off_stays_listed_and_marked(
+        make_page: Callable[..., Page], accounts: Callable[..., Account],
+        browser_portal: Portal) -> None:
+    # Issue 38: turning a tenant's code off hid the code it had uploaded.
+    user = accounts("otto@off-code.test", tenant="off-code")
+    _allow_code(browser_portal, "off-code")
+    page = make_page()
+    sign_in(page, user, "/datasets")
+    # The help points at the guide the portal serves, not a repository path.
+    help_link = page.get_by_role("link", name="how to write one")
+    expect(help_link).to_have_attribute("href", "/help/tenant-code")
+    with api_client(browser_portal, user) as api:
+        uploaded = api.post("/api/v1/code", data={"name": "kept"},
+                            files={"file": ("logistic.py", LEGIT.read_bytes(), "text/x-python")})
+        assert uploaded.status_code == 201, uploaded.text
+    _allow_code(browser_portal, "off-code", allow=False)
+
+    page.reload()
+    section = page.locator("#code-section")
+    expect(section.get_by_role("heading", name="Your trainer code")).to_be_visible()
+    expect(section).to_contain_text("uploads and new jobs disabled by the platform admin")
+    row = page.locator("#code-table tr", has_text="kept")
+    expect(row).to_contain_text("disabled")
+    expect(row.get_by_role("link", name="Train")).to_have_count(0)
+    expect(page.get_by_role("button", name="Upload trainer")).to_have_count(0)
+    section.scroll_into_view_if_needed()
+    screenshot(page, "datasets-trainer-code-off")
+
+    # It can still be deleted; with nothing left to list, the section goes.
+    page.once("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name="Delete kept").click()
+    expect(page.get_by_role("heading", name="Your trainer code")).to_have_count(0)
+
+
+def test_help_for_tenant_code_is_served_by_the_portal(
+        make_page: Callable[..., Page], accounts: Callable[..., Account]) -> None:
+    user = accounts("hana@help-code.test", tenant="help-code")
+    page = make_page()
+    sign_in(page, user, "/help/tenant-code")
+    expect(page.get_by_role("heading", name="Running your own trainer code")).to_be_visible()
+    # Links between the guides stay within the portal.
+    page.locator("#help-doc a[href='trainers.md']").first.click()
+    page.wait_for_url("**/help/trainers")
+    expect(page.get_by_role("heading", level=1)).to_have_text(
+        "Trainers: the contract, built-ins, plugins")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Help").click()
+    page.wait_for_url("**/help")
+    expect(page.get_by_role("link", name="Downloading a job's model")).to_be_visible()
+    assert page.request.get("/help/no-such-guide").status == 404
+    assert page.request.get("/help/..%2Fsecrets").status == 404

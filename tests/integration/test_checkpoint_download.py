@@ -1,4 +1,5 @@
-"""Downloading a job's trained model: its latest checkpoint, tenant-scoped."""
+"""Downloading a job's trained model: its latest checkpoint, tenant-scoped,
+named and typed by its trainer's format (numpy .npz, PyTorch .pt)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import io
 
 import httpx
 import numpy as np
+import pytest
 
 from tests.utils.portal import Portal, make_user_token
 from tests.utils.waiting import wait_until
@@ -22,6 +24,7 @@ def test_finished_job_model_downloads_and_is_tenant_scoped(
     assert resp.status_code == 200, resp.text
     assert resp.headers["content-type"] == "application/octet-stream"
     assert f'filename="job-{job_id}-iteration-120.npz"' in resp.headers["content-disposition"]
+    assert resp.headers["x-model-format"] == "npz"
     assert len(resp.content) > 0
     with np.load(io.BytesIO(resp.content), allow_pickle=False) as archive:
         assert archive.files
@@ -31,6 +34,25 @@ def test_finished_job_model_downloads_and_is_tenant_scoped(
         hidden = other.get(f"/api/v1/jobs/{job_id}/checkpoint")
     assert hidden.status_code == 404
     assert hidden.json()["detail"] == f"job {job_id} not found"
+
+
+@pytest.mark.one_database  # the file's format is the trainer's, not the database's
+def test_torch_job_model_downloads_as_a_torch_file(api: httpx.Client) -> None:
+    # Issue 38: a torch job's model came as a torch.save file named .npz.
+    torch = pytest.importorskip("torch")
+    job_id = api.post("/api/v1/jobs", json={
+        "algorithm": "torch_mlp", "dataset": "iris",
+        "stopping": {"max_iterations": 20, "tolerance": None}}).json()["id"]
+    wait_until(lambda: api.get(f"/api/v1/jobs/{job_id}").json()["status"] == "completed",
+               120, "the torch job to finish")
+    resp = api.get(f"/api/v1/jobs/{job_id}/checkpoint")
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["x-model-format"] == "torch"
+    assert f'filename="job-{job_id}-iteration-20.pt"' in resp.headers["content-disposition"]
+    # Loaded as docs/models.md says.
+    saved = torch.load(io.BytesIO(resp.content), weights_only=True, map_location="cpu")
+    assert saved["iteration"] == 20 and saved["trainer"] == "torch_mlp"
+    assert all(isinstance(t, torch.Tensor) for t in saved["model"].values())
 
 
 def test_a_job_without_a_checkpoint_says_so(portal: Portal) -> None:

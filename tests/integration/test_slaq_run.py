@@ -38,6 +38,9 @@ def test_slaq_run_starts_everything_and_stops_cleanly(tmp_path: Path) -> None:
                 return None
 
         wait_until(healthy, 90, "the portal to be healthy with one worker slot")
+        # The banner comes once the API answers, after the start-up lines.
+        wait_until(lambda: "Press Ctrl-C to stop." in (tmp_path / "run.log").read_text(),
+                   30, "the banner")
         output = (tmp_path / "run.log").read_text()
         assert "started a private one" in output
         assert f"http://127.0.0.1:{port}/" in output
@@ -57,6 +60,10 @@ def test_slaq_run_starts_everything_and_stops_cleanly(tmp_path: Path) -> None:
                    .json()["status"] == "completed", 90, "the demo job to complete")
         redis_url = next(line.split()[-1] for line in output.splitlines()
                          if "started a private one" in line)
+        # Issue 38: the scheduler logged a line per round, burying the one-time
+        # passwords; after a job's rounds the banner is still the last thing.
+        after = (tmp_path / "run.log").read_text().split("Press Ctrl-C to stop.", 1)[1]
+        assert not after.strip(), after[:2000]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
         assert "Stopped." in (tmp_path / "run.log").read_text()

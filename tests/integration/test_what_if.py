@@ -107,6 +107,7 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
         assert started.headers["location"] == f"/api/v1/admin/what-if/{run['id']}"
         assert run["jobs"] == JOBS and run["policies"] == ["fair", "slaq", "slaq (guard 1)"]
         assert run["started_by"] == "ops@ops.test" and run["state"] in {"running", "done"}
+        assert run["hours"] == 1.0  # the window asked, for the page's selector
 
         def finished() -> dict[str, Any] | None:
             now = api.get(started.headers["location"])
@@ -117,6 +118,9 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
         assert done["state"] == "done", done["error"]
         assert done["progress"] == {"policy": "slaq (guard 1)", "jobs_finished": JOBS}
         assert api.get("/api/v1/admin/what-if/latest").json()["id"] == run["id"]
+        assert done["hours"] == 1.0
+        assert _seconds(done["result"]["until"]) - _seconds(done["result"]["since"]) == \
+            pytest.approx(3600, abs=1)
         body = done["result"]
         # The run at the guard in force is the policy as the portal runs it.
         assert [r["label"] for r in body["runs"]] == ["as run", "fair", "slaq", "slaq (guard 1)"]
@@ -192,6 +196,17 @@ def test_a_replay_whose_process_died_reads_as_lost(portal: Portal) -> None:
         assert body["progress"] == {"policy": "slaq", "jobs_finished": 3}
     finally:
         client.delete(keys.what_if_run(run_id))
+
+
+def test_no_replay_yet_is_204_not_404(portal: Portal) -> None:
+    # Issue 38: the admin page asks on every load; a 404 logged an error each time.
+    admin = make_user_token(portal.db_url, tenant="ops", email="ops@ops.test",
+                            role=Role.platform_admin)
+    portal.redis().delete(portal.keys.what_if_latest)
+    with token_client(portal, admin) as api:
+        none = api.get("/api/v1/admin/what-if/latest")
+        assert none.status_code == 204 and none.content == b""
+        assert api.get(f"/api/v1/admin/what-if/{'0' * 32}").status_code == 404
 
 
 @pytest.mark.parametrize("role", [Role.member, Role.tenant_admin])

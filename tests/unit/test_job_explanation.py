@@ -70,3 +70,18 @@ def test_a_job_stopped_by_its_experiment_says_so_and_how_to_overrule() -> None:
     by_hand = explain_job(status="paused", end_reason=None, error=None, last_reason=None,
                           waiting=None)
     assert "early-stopping" not in by_hand.summary
+
+
+def test_a_job_between_chunks_is_not_told_to_wait_in_line() -> None:
+    # Issue 38: a training job read "Queued: the scheduler will place it in
+    # line at its next round" after each of its chunks.
+    between = explain_job(status="queued", end_reason=None, error=None,
+                          last_reason="rank 1", waiting=None, chunks_run=4).summary
+    assert between.startswith("Between chunks:") and "in line" not in between
+    new = explain_job(status="queued", end_reason=None, error=None, last_reason=None,
+                      waiting=None, chunks_run=0).summary
+    assert new == "Queued: the scheduler will place it in line at its next round."
+    # Once the scheduler has placed it (a busy portal), its place is what it reads.
+    placed = explain_job(status="queued", end_reason=None, error=None, last_reason=None,
+                         waiting={"kind": WaitKind.SLOT, "position": 2}, chunks_run=4).summary
+    assert "Queue position 2" in placed

@@ -164,5 +164,5 @@ export async function fetchFile(path, fallbackName) {
   }
   const disposition = response.headers.get("Content-Disposition") || "";
   const match = /filename="([^"]+)"/.exec(disposition);
-  return { blob: await response.blob(), filename: match ? match[1] : fallbackName };
+  return { blob: await response.blob(), filename: match ? match[1] : fallbackName, headers: response.headers };
 }

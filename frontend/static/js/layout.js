@@ -11,6 +11,7 @@ const NAV = [
   { key: "datasets", href: "/datasets", label: "Datasets" },
   { key: "cluster", href: "/cluster", label: "Cluster" },
   { key: "admin", href: "/admin", label: "Admin", roles: ["tenant_admin", "platform_admin"] },
+  { key: "help", href: "/help", label: "Help" },
   { key: "docs", href: "/docs", label: "API docs" },
 ];
 

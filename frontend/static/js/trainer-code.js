@@ -1,18 +1,25 @@
 // "Your trainer code" on the datasets page: upload a Python trainer (it is only
 // compiled by the portal; it runs in a sandbox when a job uses it), list the
-// tenant's uploads, train one, delete one. Hidden entirely for tenants that a
-// platform admin has not allowed to upload code (the API answers 403).
+// tenant's uploads, train one, delete one. For a tenant a platform admin has
+// not allowed (or no longer allows) to run its own code, uploads and new jobs
+// are refused (403, 422): the code it uploaded before stays listed, marked
+// so, and can be deleted; a tenant that never uploaded any sees no section.
 
 import { ApiError, api, fieldErrors, upload } from "./api.js";
 import { $, clear, formatBytes, formatTime, h, notice } from "./dom.js";
 
 const MAX_BYTES = 256 * 1024;
 
+const DISABLED = "uploads and new jobs disabled by the platform admin";
+
+let allowed = false; // the tenant may upload and run its own code (/auth/me)
+
 function row(code) {
   return h(
     "tr",
     { dataset: { codeId: String(code.id) } },
-    h("th", { scope: "row" }, code.name),
+    h("th", { scope: "row" }, code.name,
+      allowed ? null : [" ", h("span", { class: "badge", title: DISABLED }, "disabled")]),
     h("td", { "data-label": "Algorithm" }, h("code", {}, code.algorithm)),
     h("td", { "data-label": "File" }, code.filename),
     h("td", { class: "num", "data-label": "Size" }, formatBytes(code.size)),
@@ -20,15 +27,18 @@ function row(code) {
     h(
       "td",
       {},
-      h("a", { class: "btn btn-quiet", href: `/submit?algorithm=${encodeURIComponent(code.algorithm)}` }, "Train"),
-      " ",
-      h("button", { type: "button", class: "btn btn-quiet", onClick: () => remove(code) }, "Delete"),
+      allowed
+        ? h("a", { class: "btn btn-quiet", href: `/submit?algorithm=${encodeURIComponent(code.algorithm)}` }, "Train")
+        : null,
+      allowed ? " " : null,
+      h("button", { type: "button", class: "btn btn-quiet", onClick: () => remove(code), "aria-label": `Delete ${code.name}` }, "Delete"),
     ),
   );
 }
 
 export async function refreshTrainerCode() {
   const list = $("#code-list");
+  const section = $("#code-section");
   let codes;
   try {
     codes = await api("/api/v1/code");
@@ -36,12 +46,17 @@ export async function refreshTrainerCode() {
     clear(list, notice("error", `Could not load your trainer code: ${err.message}`));
     return;
   }
+  // Turned off and nothing uploaded: nothing to show this tenant.
+  section.hidden = !allowed && !codes.length;
   if (!codes.length) {
     clear(list, notice("info", "No trainer code yet. Upload a .py file that defines one Trainer subclass."));
     return;
   }
   clear(
     list,
+    allowed ? null : notice("warn", h("strong", {}, "Your trainer code: "), `${DISABLED}. `,
+      "It stays listed, and jobs that ran it keep their results; you can still delete it. ",
+      "A platform admin can allow it again."),
     h(
       "table",
       { class: "table", id: "code-table" },
@@ -94,11 +109,11 @@ async function onUpload(event) {
   await refreshTrainerCode();
 }
 
-/** The section (fill it with refreshTrainerCode once it is in the page), or
- * null when the tenant may not upload code (``me`` is /auth/me's answer). */
+/** The section (fill it with refreshTrainerCode once it is in the page; it
+ * shows itself when there is code to list); ``me`` is /auth/me's answer. */
 export function trainerCodeSection(me) {
-  if (!me.allow_code_uploads) return null;
-  const form = h(
+  allowed = Boolean(me.allow_code_uploads);
+  const form = !allowed ? null : h(
     "form",
     { id: "code-form", novalidate: true },
     h(
@@ -108,7 +123,8 @@ export function trainerCodeSection(me) {
         h("label", { for: "code-file" }, "Python file"),
         h("input", { id: "code-file", name: "file", type: "file", accept: ".py,text/x-python", "aria-describedby": "code-file-help" }),
         h("span", { class: "help", id: "code-file-help" },
-          "One .py file (at most 256 KiB) defining a subclass of slaq_trainer.Trainer; see the portal's docs/tenant-code.md.")),
+          "One .py file (at most 256 KiB) defining a subclass of slaq_trainer.Trainer: ",
+          h("a", { href: "/help/tenant-code" }, "how to write one"), ".")),
       h("div", { class: "field" },
         h("label", { for: "code-name" }, "Name", h("span", { class: "subtle" }, " (optional)")),
         h("input", { id: "code-name", name: "name", type: "text", maxlength: 64, autocomplete: "off" }),
@@ -116,10 +132,10 @@ export function trainerCodeSection(me) {
     ),
     h("div", { class: "btn-row" }, h("button", { type: "submit", class: "btn btn-primary" }, "Upload trainer")),
   );
-  form.addEventListener("submit", onUpload);
+  if (form) form.addEventListener("submit", onUpload);
   const section = h(
     "section",
-    { class: "panel", "aria-labelledby": "code-title" },
+    { class: "panel", id: "code-section", "aria-labelledby": "code-title", hidden: !allowed },
     h("h2", { id: "code-title" }, "Your trainer code"),
     h("p", { class: "subtle" },
       "Your own training code runs in a sandbox: no network, no portal files, limited memory and time. Its printed output is kept with each job."),

@@ -16,12 +16,31 @@ const FIGURES = [
   // counts finished jobs too, so holding converged jobs back earns nothing.
   ["avg_norm_loss", "Avg normalised loss (active jobs)", formatValue],
   ["arrived_norm_loss", "Avg normalised loss (all jobs)", formatValue],
-  ["t95_mean", "Time to 95% (mean)", formatDuration],
+  // 90%, as in the chart below it (the table and the chart tell one story).
+  ["t90_mean", "Time to 90% (mean)", formatDuration],
   ["mean_completion", "Mean completion", formatDuration],
   ["makespan", "Makespan", formatDuration],
 ];
 const POLL_MS = 1000;
 const BASE = "/api/v1/admin/what-if";
+
+/** "the last hour", "the last 5 hours": the window a replay was asked for. */
+function windowLabel(hours) {
+  if (!hours) return "the window";
+  const known = WINDOWS.find(([value]) => Number(value) === hours);
+  if (known) return known[1];
+  return `the last ${formatNumber(hours)} hour${hours === 1 ? "" : "s"}`;
+}
+
+/** Show `hours` in the window selector, adding it if the API was asked for another. */
+function selectWindow(select, hours) {
+  if (!hours) return;
+  const value = String(hours);
+  if (![...select.options].some((o) => o.value === value)) {
+    select.append(h("option", { value }, windowLabel(hours)));
+  }
+  select.value = value;
+}
 
 let last = null;
 let following = null; // the id of the replay this page shows
@@ -46,6 +65,9 @@ export function whatIfSection() {
     button);
   const out = h("div", { id: "what-if-result", "aria-live": "polite" });
   const show = (run, note = null) => {
+    // The selector shows the window of the replay on show (say, after a
+    // reload), once: not again on each poll, which would undo a new choice.
+    if (following !== run.id) selectWindow(hours, run.hours);
     following = run.id;
     button.disabled = run.state === "running";
     showRun(out, run, note);
@@ -94,7 +116,8 @@ export function whatIfSection() {
     }
   });
   onThemeChange(() => { if (last) render(out, last.result, last); });
-  api(`${BASE}/latest`).then((run) => { if (following === null) show(run); }, () => {});
+  // 204 (null) when no replay ran in the last day.
+  api(`${BASE}/latest`).then((run) => { if (run && following === null) show(run); }, () => {});
   return [
     h("p", { class: "small subtle" },
       "What would the portal's recent history have looked like under another policy? ",
@@ -119,7 +142,7 @@ function showRun(out, run, note) {
     const share = run.jobs ? (at + run.progress.jobs_finished / run.jobs) / n : 0;
     const doing = run.progress.policy
       ? `Replaying under ${run.progress.policy} (${at + 1} of ${n}): ${formatNumber(run.progress.jobs_finished)} of ${formatNumber(run.jobs)} jobs finished…`
-      : `Reading the window's ${formatNumber(run.jobs)} completed jobs…`;
+      : `Reading the ${formatNumber(run.jobs)} completed jobs submitted in ${windowLabel(run.hours)}…`;
     const who = h("span", { class: "subtle" },
       ` Started ${formatTime(run.started_at)}${run.started_by ? ` by ${run.started_by}` : ""}.`);
     clear(out, aside, notice("loading", doing, who, h("div", { class: "progress" },
@@ -149,7 +172,8 @@ function render(out, data, run, aside = null) {
     return ` (${formatNumber(Math.abs(pct))}% ${pct > 0 ? "better" : "worse"})`;
   };
   const table = h("div", { class: "table-wrap" }, h("table", { "data-testid": "what-if-table" },
-    h("caption", {}, `${formatNumber(data.jobs)} completed jobs on ${data.slots} slots, ${data.chunk_seconds} s chunks`,
+    h("caption", {}, `${formatNumber(data.jobs)} completed jobs submitted in ${windowLabel(run.hours)} `,
+      `(${formatTime(data.since)} to ${formatTime(data.until)}), on ${data.slots} slots, ${data.chunk_seconds} s chunks`,
       data.completion_guard === undefined ? "" : `, completion guard in force ${data.completion_guard}`,
       `; lower is better, change against ${baseName}`),
     h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Run"), FIGURES.map(([, label]) => h("th", { scope: "col" }, label)))),

@@ -393,11 +393,8 @@ async function main() {
       h("div", { id: "preview" }),
     ),
   );
-  const code = trainerCodeSection(me);
-  if (code) {
-    $("#datasets-root").appendChild(code);
-    refreshTrainerCode();
-  }
+  $("#datasets-root").appendChild(trainerCodeSection(me));
+  refreshTrainerCode();
   await loadList();
 }
 

@@ -67,6 +67,13 @@ const state = {
   showPrediction: true,
   decisions: [],
   metrics: null,
+  committed: 0, // iterations_done as the server last said (the stream runs ahead of it)
+  askedAt: 0, // when that answer was asked for (performance.now())
+  streamedAt: -1, // when the last new loss point arrived
+  fetching: false, // a GET of the job is in flight
+  refetch: false, // something changed while it was: fetch again when it lands
+  predicted: [], // the fit's points as the server sent them
+  bandStart: null, // the first predicted iteration drawn (null: none drawn)
 };
 
 const TRACE = { loss: 0, low: 1, high: 2, predicted: 3, evalLoss: 4 };
@@ -165,21 +172,53 @@ function skeleton(root) {
   );
 }
 
+/**
+ * The status to show. Every chunk ends with the job "queued" until the
+ * scheduler grants the next one, and the loss stream runs ahead of the
+ * server's record within a chunk: points past the iteration the server last
+ * reported mean a chunk is in flight, so the job is running, whatever the
+ * last fetch said. Only points that arrived after that fetch was asked for
+ * count: a lost chunk's points stay past the record while the job waits.
+ */
+function shownStatus() {
+  const job = state.job;
+  const inFlight = state.lastIteration > state.committed && state.streamedAt > state.askedAt;
+  return job.status === "queued" && inFlight ? "running" : job.status;
+}
+
+function renderStatus() {
+  const job = state.job;
+  const status = shownStatus();
+  clear($("#job-title"), jobTitle(job), " ", statusBadge(status));
+  $("#job-title").dataset.status = status;
+}
+
+/** A fresh copy of the job from the server, remembered as committed progress. */
+function takeJob(job, askedAt) {
+  state.job = job;
+  state.committed = job.iterations_done;
+  state.askedAt = askedAt;
+}
+
+// The server's words for a running job (backend/services/job_explanation.py).
+const RUNNING_SUMMARY = "Running: it holds a slot for its current chunk of iterations.";
+
 function renderJob() {
   const job = state.job;
   document.title = `${jobTitle(job)} · SLAQ portal`;
-  clear($("#job-title"), jobTitle(job), " ", statusBadge(job.status));
-  $("#job-title").dataset.status = job.status;
+  renderStatus();
   $("#btn-pause").disabled = !["queued", "running"].includes(job.status);
   $("#btn-resume").disabled = job.status !== "paused";
   $("#btn-cancel").disabled = TERMINAL.has(job.status);
   const model = $("#btn-model");
   model.disabled = job.iterations_done === 0;
+  // The file's format is the trainer's (numpy .npz, PyTorch .pt, or a
+  // plugin's own bytes): the download says which, with how to load it.
   model.title = job.iterations_done === 0
     ? "No model yet: the job has not run"
     : TERMINAL.has(job.status)
-      ? "The trained model's checkpoint (.npz)"
-      : "The model as trained so far (.npz)";
+      ? "The trained model's checkpoint, in its trainer's format"
+      : "The model as trained so far, in its trainer's format";
 
   const outcome = $("#job-outcome");
   if (job.status === "failed") {
@@ -228,10 +267,11 @@ function renderJob() {
     }, EXPLAIN_RETRY_MS);
   }
   if (explanation && !TERMINAL.has(job.status)) {
+    const summary = shownStatus() !== job.status ? RUNNING_SUMMARY : explanation.summary;
     clear(reasonBox, h(
       "div",
       { class: "notice notice-info" },
-      h("span", { "data-testid": "scheduler-reason" }, explanation.summary),
+      h("span", { "data-testid": "scheduler-reason" }, summary),
       explanation.detail
         ? h("details", { class: "why", "data-testid": "reason-detail" },
           h("summary", {}, "Why?"),
@@ -465,6 +505,7 @@ function appendPoints(points) {
   const now = Date.now();
   const fresh = points.filter(([iteration]) => iteration > state.lastIteration);
   if (!fresh.length) return;
+  state.streamedAt = performance.now();
   const xs = fresh.map((p) => p[0]);
   const ys = fresh.map((p) => p[1]);
   for (const x of xs) window.__slaqLatency.push({ job_id: JOB_ID, iteration: x, at: now });
@@ -485,6 +526,7 @@ function appendPoints(points) {
   autoScale();
   chartNote();
   liveStats(fresh[fresh.length - 1]);
+  if (state.bandStart !== null && state.bandStart <= state.lastIteration) drawPrediction();
   refreshPrediction();
 }
 
@@ -518,6 +560,7 @@ function liveStats([iteration, loss]) {
   $("[data-testid=best-loss]").textContent = formatLoss(job.best_loss);
   const bar = $("#job-stats .progress");
   if (bar) bar.replaceWith(progressBar(job));
+  if ($("#job-title").dataset.status !== shownStatus()) renderJob();
 }
 
 const refreshPrediction = throttle(loadPrediction, 4000);
@@ -526,6 +569,8 @@ async function loadPrediction() {
   const note = $("#prediction-note");
   if (TERMINAL.has(state.job.status)) {
     note.textContent = "The job has ended, so there is nothing left to predict.";
+    state.predicted = [];
+    state.bandStart = null;
     Plotly.restyle("loss-chart", { x: [[], [], []], y: [[], [], []] }, [TRACE.low, TRACE.high, TRACE.predicted]);
     return;
   }
@@ -539,8 +584,22 @@ async function loadPrediction() {
         : `The prediction could not be loaded (${err.message}).`;
     return;
   }
-  const pts = prediction.points || [];
-  if (!pts.length) {
+  state.predicted = prediction.points || [];
+  drawPrediction();
+}
+
+// The server cuts the fit at the job's last committed iteration; the live
+// stream runs ahead of that within a chunk, so the drawn prediction is cut
+// again at the last drawn loss point, here and as points arrive: the band
+// starts where the loss line ends, never over iterations already done.
+function drawPrediction() {
+  const note = $("#prediction-note");
+  const fitted = state.predicted;
+  const pts = fitted.filter((p) => p.iteration > state.lastIteration);
+  state.bandStart = pts.length ? pts[0].iteration : null;
+  if (fitted.length && !pts.length) {
+    note.textContent = "The job has run past its last prediction; the next one follows its newest points.";
+  } else if (!pts.length) {
     note.textContent = state.job.quality_metric === "loss"
       ? "The predicted curve appears once the job has a few loss points."
       : `The predicted ${state.job.quality_metric} curve appears once the job has a few evaluations.`;
@@ -701,7 +760,8 @@ async function control(action) {
   const buttons = ["#btn-pause", "#btn-resume", "#btn-cancel"].map((s) => $(s));
   buttons.forEach((b) => { b.disabled = true; });
   try {
-    state.job = await api(`/api/v1/jobs/${JOB_ID}/${action}`, { method: "POST" });
+    const askedAt = performance.now();
+    takeJob(await api(`/api/v1/jobs/${JOB_ID}/${action}`, { method: "POST" }), askedAt);
     const done = { pause: "paused", resume: "resumed and queued", cancel: "cancelled" }[action];
     clear(message, notice("success", `Job ${done}.`));
   } catch (err) {
@@ -715,16 +775,15 @@ async function control(action) {
 
 function afterStatusChange() {
   if (TERMINAL.has(state.job.status)) {
-    // Pick up the last points the stream may not have sent yet, then stop.
-    setTimeout(async () => {
-      if (state.stream) {
-        try {
-          await catchUp();
-        } finally {
-          closeStream();
-        }
-      }
-    }, 1000);
+    // The job's points are all committed now: stop the stream at once (the
+    // dot must not read "Live" beside "Completed") and take the last points
+    // it may not have sent from the stored history.
+    if (state.stream) {
+      closeStream();
+      catchUp().catch((err) => {
+        $("#chart-note").textContent = `The last loss points could not be loaded (${err.message}).`;
+      });
+    }
   } else {
     openStream();
   }
@@ -741,19 +800,36 @@ async function catchUp() {
   await loadMetrics();
 }
 
+/**
+ * Fetch the job again. One GET at a time, and one more after it when asked
+ * meanwhile: answers land in the order asked, so an older answer (a chunk's
+ * "queued") never overwrites a newer one ("running", "completed"), and the
+ * last change is always fetched after it happened.
+ */
 async function refreshJob() {
-  try {
-    state.job = await api(`/api/v1/jobs/${JOB_ID}`);
-  } catch (err) {
-    clear($("#control-message"), notice("error", `Could not refresh the job: ${err.message}`));
+  if (state.fetching) {
+    state.refetch = true;
     return;
   }
-  renderJob();
-  chartNote();
-  afterStatusChange();
+  state.fetching = true;
+  try {
+    do {
+      state.refetch = false;
+      try {
+        const askedAt = performance.now();
+        takeJob(await api(`/api/v1/jobs/${JOB_ID}`), askedAt);
+      } catch (err) {
+        clear($("#control-message"), notice("error", `Could not refresh the job: ${err.message}`));
+        return;
+      }
+      renderJob();
+      chartNote();
+      afterStatusChange();
+    } while (state.refetch);
+  } finally {
+    state.fetching = false;
+  }
 }
-
-const refreshJobSoon = throttle(refreshJob, 700);
 
 // The server joins the loss and every metric into one table: a row per
 // iteration, a column per metric (val_* empty between evaluations).
@@ -771,14 +847,23 @@ async function downloadHistory(kind) {
   }
 }
 
+// What each X-Model-Format of the checkpoint download is (docs/models.md).
+const MODEL_FORMATS = {
+  npz: "a numpy .npz archive of the model's arrays; np.load(path, allow_pickle=False) reads it.",
+  torch: "a PyTorch file; torch.load(path, weights_only=True) reads it (the model's state_dict is under \"model\").",
+  bytes: "the bytes this job's trainer wrote with its state(); its restore() reads them.",
+};
+
 async function downloadModel() {
   const message = $("#control-message");
   const button = $("#btn-model");
   button.disabled = true;
   try {
-    const { blob, filename } = await fetchFile(`/api/v1/jobs/${JOB_ID}/checkpoint`, `job-${JOB_ID}-model.npz`);
+    const { blob, filename, headers } = await fetchFile(`/api/v1/jobs/${JOB_ID}/checkpoint`, `job-${JOB_ID}-model.bin`);
     download(filename, blob);
-    clear(message, notice("success", `Downloaded ${filename}: the model's arrays as a numpy .npz archive (np.load reads it; no pickle).`));
+    const how = MODEL_FORMATS[headers.get("X-Model-Format")] || MODEL_FORMATS.bytes;
+    clear(message, notice("success", `Downloaded ${filename}: ${how} `,
+      h("a", { href: "/help/models" }, "How to load it")));
   } catch (err) {
     clear(message, notice("error", `Could not download the model: ${err.message}`));
   } finally {
@@ -794,7 +879,7 @@ async function main() {
     return;
   }
   try {
-    state.job = await api(`/api/v1/jobs/${JOB_ID}`);
+    takeJob(await api(`/api/v1/jobs/${JOB_ID}`), performance.now());
     await Promise.all([loadHistory(), uploadId(state.job.dataset) === null ? null : loadUploads()]);
   } catch (err) {
     const text = err instanceof ApiError && err.status === 404
@@ -825,7 +910,7 @@ async function main() {
   state.events = subscribe(() => "/api/v1/events", {
     job: (event) => {
       if (event.job_id !== JOB_ID) return;
-      refreshJobSoon();
+      refreshJob();
       refreshDecisions();
       refreshMetrics();
     },
