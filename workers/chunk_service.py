@@ -31,6 +31,7 @@ from backend.core.loss_store import insert_loss_points, insert_metric_points
 from backend.core.models import Job, JobStatus, LossRecord, MetricRecord, utcnow
 from backend.core.notify import publish_job_event, wake_scheduler
 from backend.core.redis_keys import RedisKeys
+from backend.core.safe_text import storable
 from workers.checkpoints import CheckpointStore
 from workers.iterations import Iterations, Point, Sample, run_iterations
 from workers.metrics import observe_chunk
@@ -287,9 +288,13 @@ def _progress_values(current: Job, run: _Run) -> dict[str, Any]:
         if current.initial_loss is None:
             values["initial_loss"] = losses[0]
     if run.evaluations:
-        values["last_eval"] = dict(run.evaluations[-1][1], iteration=run.evaluations[-1][0])
+        iteration, metrics = run.evaluations[-1]
+        values["last_eval"] = dict({storable(k): v for k, v in metrics.items()},
+                                   iteration=iteration)
     if run.output is not None:
-        values["trainer_output"] = run.output
+        # Tenant text: a lone surrogate or NUL would make the commit itself
+        # fail (outside the job's error handling), and ESC would reach terminals.
+        values["trainer_output"] = storable(run.output)
     values["checkpoint_iteration"] = run.iteration
     last_reported = good[-1][0] if good else 0
     values["iterations_done"] = max(run.iteration, last_reported, current.checkpoint_iteration)
@@ -300,9 +305,10 @@ def _progress_values(current: Job, run: _Run) -> dict[str, Any]:
         pass
     elif run.verdict is not None:
         status = run.verdict.status
-        values["end_reason"] = run.verdict.reason
+        reason = storable(run.verdict.reason)  # often quotes a tenant's exception
+        values["end_reason"] = reason
         if run.verdict.status == "failed":
-            values["error"] = run.verdict.reason
+            values["error"] = reason
     elif status == JobStatus.running:
         status = JobStatus.queued
         values["waiting_since"] = utcnow()
