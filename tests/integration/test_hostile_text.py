@@ -125,12 +125,14 @@ def _safe(text: str) -> None:
     assert "\x00" not in text and "\x1b" not in text and "\x07" not in text, repr(text)
 
 
+@pytest.mark.parametrize(("mode", "shown"), [("error", "\ufffd"), ("nul", "(none)")])
 def test_exception_with_surrogate_nul_and_esc_fails_once_with_its_text_made_safe(
-        api: httpx.Client, neighbour: httpx.Client, portal: Portal) -> None:
-    bad, job, grants = _run_hostile(api, neighbour, portal, "error")
+        api: httpx.Client, neighbour: httpx.Client, portal: Portal, mode: str,
+        shown: str) -> None:
+    bad, job, grants = _run_hostile(api, neighbour, portal, mode)
     assert grants == 1 and job.chunks_run == 1, (grants, job)
     assert "training error at iteration" in bad["error"]
-    assert "boom \ufffd nul\\x00 esc\\x1b[31m red" in bad["error"], bad["error"]
+    assert f"boom {shown} nul\\x00 esc\\x1b[31m red" in bad["error"], bad["error"]
     assert job.error == bad["error"] and job.end_reason == job.error
     # What it printed is kept, readable, with ESC and NUL escaped.
     assert "\\x1b[2J\\x1b]0;owned\\x07cleared your screen\\x00 NUL" in job.trainer_output
