@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("migrate", help="apply database migrations")
     sub.add_parser("seed", help="create the platform admin and demo tenant")
     reset = sub.add_parser("reset-password",
-                           help="give a user a new generated password and print it")
+                           help="give a user a new generated password and print it; "
+                           "revokes their API tokens and browser sessions")
     reset.add_argument("email")
     sub.add_parser("simulate", help="compare policies in the simulator (see slaq simulate -h)")
     sub.add_parser("record-trace", help="record real loss curves for the simulator")
@@ -123,14 +124,17 @@ def main(argv: list[str] | None = None) -> int:
         from backend.seed import reset_password
 
         with session_scope() as session:
-            password = reset_password(session, args.email)
-        if password is None:
+            done = reset_password(session, args.email)
+        if done is None:
             print(f"error: no user {args.email.strip().lower()}", file=sys.stderr)
             return 1
-        # The note on stderr, the password alone on stdout: easy to capture.
+        # The notes on stderr, the password alone on stdout: easy to capture.
+        print(f"revoked {done.tokens_revoked} API token(s) and ended "
+              f"{done.sessions_ended} browser session(s) of {args.email.strip().lower()}: "
+              "they sign in again with the new password", file=sys.stderr)
         print(f"new password for {args.email.strip().lower()} (shown only this once):",
               file=sys.stderr)
-        print(password)
+        print(done.password)
         return 0
     migrate(settings.effective_database_url)
     if args.command == "seed":

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
-from backend.core.models import Role, Tenant, User
+from backend.core.models import ApiToken, Role, Tenant, User, WebSession, utcnow
 from backend.security import generate_password, hash_password, password_problem
 
 PLATFORM_TENANT = "platform"
@@ -118,9 +118,25 @@ def seed(session: Session, *, admin_email: str, admin_password: str = "",
     return SeedResult(admin=admin, demo=demo_admin)
 
 
-def reset_password(session: Session, email: str) -> str | None:
-    """Give the user ``email`` a new generated password and return it (None
-    when there is no such user)."""
+@dataclass(frozen=True)
+class PasswordReset:
+    """A new password, and the sign-ins it ended."""
+
+    password: str
+    tokens_revoked: int
+    sessions_ended: int
+
+
+def reset_password(session: Session, email: str) -> PasswordReset | None:
+    """Give the user ``email`` a new generated password (None when there is no
+    such user), and end every way in the old one opened: their API tokens are
+    revoked and their browser sessions deleted.
+
+    A reset usually means the old password leaked; a token or session made
+    with it would otherwise go on working. Done through the ORM so the
+    account-change epoch (:mod:`backend.core.auth_epoch`) tells every API
+    process at once.
+    """
     user = session.execute(
         select(User).where(User.email == email.strip().lower())  # type: ignore[arg-type]
     ).scalar_one_or_none()
@@ -129,5 +145,15 @@ def reset_password(session: Session, email: str) -> str | None:
     password = generate_password()
     user.password_hash = hash_password(password)
     session.add(user)
+    now = utcnow()
+    tokens = session.execute(select(ApiToken).where(
+        col(ApiToken.user_id) == user.id, col(ApiToken.revoked_at).is_(None))).scalars().all()
+    for token in tokens:
+        token.revoked_at = now
+        session.add(token)
+    browser = session.execute(
+        select(WebSession).where(col(WebSession.user_id) == user.id)).scalars().all()
+    for web in browser:
+        session.delete(web)
     session.commit()
-    return password
+    return PasswordReset(password, len(tokens), len(browser))

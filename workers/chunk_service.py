@@ -37,6 +37,7 @@ from backend.core.loss_store import insert_loss_points, insert_metric_points
 from backend.core.models import Job, JobStatus, LossRecord, MetricRecord, utcnow
 from backend.core.notify import publish_job_event, wake_scheduler
 from backend.core.redis_keys import RedisKeys
+from backend.core.safe_text import storable
 from workers.checkpoints import CheckpointStore
 from workers.iterations import Iterations, Point, Sample, run_iterations
 from workers.metrics import observe_chunk
@@ -419,9 +420,13 @@ def _progress_values(current: Job, run: _Run) -> dict[str, Any]:
         if current.initial_loss is None:
             values["initial_loss"] = losses[0]
     if run.evaluations:
-        values["last_eval"] = dict(run.evaluations[-1][1], iteration=run.evaluations[-1][0])
+        iteration, metrics = run.evaluations[-1]
+        values["last_eval"] = dict({storable(k): v for k, v in metrics.items()},
+                                   iteration=iteration)
     if run.output is not None:
-        values["trainer_output"] = run.output
+        # Tenant text: a lone surrogate or NUL would make the commit itself
+        # fail (outside the job's error handling), and ESC would reach terminals.
+        values["trainer_output"] = storable(run.output)
     if run.saved and run.saved_iteration is not None:
         values["checkpoint_iteration"] = run.saved_iteration
         values["checkpoints_saved"] = current.checkpoints_saved + 1
@@ -438,9 +443,10 @@ def _progress_values(current: Job, run: _Run) -> dict[str, Any]:
         pass
     elif run.verdict is not None:
         status = run.verdict.status
-        values["end_reason"] = run.verdict.reason
+        reason = storable(run.verdict.reason)  # often quotes a tenant's exception
+        values["end_reason"] = reason
         if run.verdict.status == "failed":
-            values["error"] = run.verdict.reason
+            values["error"] = reason
     elif status == JobStatus.running:
         status = JobStatus.queued
         values["waiting_since"] = utcnow()

@@ -6,8 +6,9 @@ Python's JSON parser accepts what JSON itself does not: ``NaN``,
 again. A NUL character is valid JSON but no name or email should hold one.
 Let any of these through and they are stored (a target loss of ``inf`` ends a
 job at once), or they break the error response itself and the client gets a
-500. So every JSON body is checked before routing and refused with a 422 that
-names the field, in the shape FastAPI uses for validation errors.
+500; so does a body nested deeper than Python's recursion limit. So every
+JSON body is checked before routing and refused with a 422 that names the
+field, in the shape FastAPI uses for validation errors.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ MAX_JSON_BYTES = 1 << 20
 """Largest JSON body accepted; file uploads are multipart and bounded elsewhere."""
 MAX_STRING_CHARS = 10_000
 """Longest string anywhere in a JSON body; fields set tighter limits of their own."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted; real specs nest a few levels.
+Deeper bodies would exhaust Python's recursion limit in the parser or in the
+validation after it (a 500), so they are refused first."""
 
 
 class BadValue(ValueError):
@@ -58,6 +63,8 @@ def _check_string(text: str, loc: list[str | int]) -> None:
 
 def check_value(value: Any, loc: list[str | int]) -> None:
     """Raise ``BadValue`` for the first unacceptable number or string under ``value``."""
+    if len(loc) > MAX_JSON_DEPTH:
+        raise BadValue(loc[:2], f"is nested more than {MAX_JSON_DEPTH} levels deep")
     if isinstance(value, _NonFinite):
         raise BadValue(loc, f"must be a finite number, not {value.text}")
     if isinstance(value, str):
@@ -78,6 +85,8 @@ def check_json(body: bytes) -> None:
         document = json.loads(body, parse_constant=_NonFinite, parse_float=_float)
     except ValueError:
         return
+    except RecursionError:  # nested deeper than the parser can follow
+        raise BadValue(["body"], f"is nested more than {MAX_JSON_DEPTH} levels deep") from None
     check_value(document, ["body"])
 
 

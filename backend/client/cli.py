@@ -19,6 +19,7 @@ from typing import Any
 
 from backend.client import credentials
 from backend.client.api import SlaqClient, SlaqError
+from backend.core.safe_text import storable
 
 COMMANDS = ("login", "submit", "status", "watch", "cancel", "upload", "datasets", "sweep")
 """The sub-commands this module handles (``backend.cli`` dispatches them here)."""
@@ -33,12 +34,15 @@ class UsageError(Exception):
 
 
 def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    # Everything printed goes through here, much of it from the server: job
+    # errors and trainer output quote tenant code, whose ESC sequences would
+    # act on the user's terminal and whose lone surrogates would crash print.
+    sys.stdout.write(storable(text) + "\n")
     sys.stdout.flush()
 
 
 def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    sys.stderr.write(storable(text) + "\n")
     sys.stderr.flush()
 
 

@@ -10,6 +10,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
 from backend.core.models import LossRecord, MetricRecord, utcnow
+from backend.core.safe_text import storable
 
 
 def insert_loss_points(
@@ -33,8 +34,11 @@ def insert_metric_points(
 ) -> None:
     """Insert one row per (iteration, metric) of ``samples``; like loss points,
     rows already present are kept. ``split`` is ``"train"`` or ``"eval"``."""
+    # Names come from trainers, tenant code included: one holding a lone
+    # surrogate or NUL would fail the whole commit, so it is stored escaped.
     rows = [
-        {"job_id": job_id, "split": split, "name": name, "iteration": it, "value": value}
+        {"job_id": job_id, "split": split, "name": storable(name), "iteration": it,
+         "value": value}
         for it, metrics in samples for name, value in metrics.items()
         if name != "iteration" and math.isfinite(value)
     ]

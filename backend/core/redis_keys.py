@@ -30,6 +30,11 @@ class RedisKeys:
         """String with TTL: the chunk_seq currently allowed to run ``job_id``."""
         return f"{self.prefix}:lease:{job_id}"
 
+    def lost_chunks(self, job_id: int) -> str:
+        """String with TTL, "<chunks_run>:<count>": how many of the job's chunks in a
+        row were lost with their worker still up, since it last stored one."""
+        return f"{self.prefix}:lost:{job_id}"
+
     @property
     def leases(self) -> str:
         """Sorted set job_id -> lease expiry (ms): counts chunks in flight."""

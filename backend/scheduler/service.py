@@ -40,6 +40,7 @@ from backend.core.redis_keys import RedisKeys
 from backend.core.residency import Residency
 from backend.scheduler.experiment_stopping import ExperimentStopper
 from backend.scheduler.history import HistoryCache
+from backend.scheduler.lost_chunks import LOST_IN_A_ROW, LostChunks, keep_failing_reason
 from backend.scheduler.metrics import observe_reclaimed, observe_round
 from backend.scheduler.pools import PoolRegistry
 from backend.scheduler.state import JobState
@@ -111,6 +112,7 @@ class Scheduler:
         # the only scheduler (its lock lapsed or passed to another).
         self.may_grant = may_grant
         self.leases = Leases(client, keys)
+        self.lost_chunks = LostChunks(client, keys)
         self.heartbeats = Heartbeats(client, keys)
         self.state = JobState(client, keys)
         self.pools = PoolRegistry()
@@ -445,7 +447,9 @@ class Scheduler:
 
         A lease whose claiming slot is not in ``alive`` is revoked first (and
         dropped from ``live``), so a dead worker's chunk is queued again now
-        rather than when its lease would have expired.
+        rather than when its lease would have expired. A job that keeps
+        losing chunks while their workers stay up fails instead
+        (:mod:`backend.scheduler.lost_chunks`): its own code crashes them.
         """
         orphaned: set[int] = set()
         for job_id, slot in claims.items():
@@ -458,28 +462,48 @@ class Scheduler:
             log.warning("revoked the leases of jobs %s: the worker slots running their "
                         "chunks stopped heartbeating", sorted(orphaned))
         live.difference_update(orphaned)
+        # Chunks a slot still up had started (claimed): lost, they crashed or hung
+        # by themselves. One never started (its message waited or went missing)
+        # or whose worker died says nothing against the job, and is not counted.
+        started_alive = {job_id for job_id, slot in claims.items()
+                         if slot in alive and job_id not in orphaned}
         running = session.exec(  # type: ignore[call-overload]
-            select(col(Job.id), col(Job.chunk_seq)).where(col(Job.status) == JobStatus.running)
+            select(col(Job.id), col(Job.chunk_seq), col(Job.chunks_run), col(Job.tenant_id))
+            .where(col(Job.status) == JobStatus.running)
         ).all()
-        lost = [(jid, seq) for jid, seq in running if jid not in live]
+        lost = [row for row in running if row[0] not in live]
         reclaimed = []
-        for job_id, seq in lost:
+        failed: list[tuple[int, int]] = []
+        for job_id, seq, done, tenant_id in lost:
             if self.leases.holder(job_id) is not None:
                 continue  # taken or renewed since we listed leases
+            in_a_row = self.lost_chunks.lost(job_id, done) if job_id in started_alive else 0
+            fenced = update(Job).where(col(Job.id) == job_id, col(Job.chunk_seq) == seq,
+                                       col(Job.status) == JobStatus.running)
+            if in_a_row >= LOST_IN_A_ROW:
+                reason = keep_failing_reason(in_a_row)
+                result = session.execute(fenced.values(
+                    status=JobStatus.failed, error=reason, end_reason=reason,
+                    last_reason=reason, finished_at=utcnow()))
+                if result.rowcount == 1:  # type: ignore[attr-defined]
+                    failed.append((job_id, tenant_id))
+                continue
             why = ("its worker stopped heartbeating" if job_id in orphaned
                    else "its last chunk was lost (worker gone)")
-            result = session.execute(
-                update(Job)
-                .where(col(Job.id) == job_id, col(Job.chunk_seq) == seq,
-                       col(Job.status) == JobStatus.running)
-                .values(status=JobStatus.queued, waiting_since=utcnow(),
-                        last_reason=f"{why}; queued again")
-            )
+            result = session.execute(fenced.values(status=JobStatus.queued,
+                                                   waiting_since=utcnow(),
+                                                   last_reason=f"{why}; queued again"))
             if result.rowcount == 1:  # type: ignore[attr-defined]
                 reclaimed.append(job_id)
         session.commit()
         if reclaimed:
             log.warning("returned lost chunks of jobs %s to the queue", reclaimed)
+        for job_id, tenant_id in failed:
+            log.warning("failed job %s: its chunks keep getting lost while their workers "
+                        "stay up", job_id)
+            self.state.mark_dirty(job_id)
+            publish_job_event(self.redis, self.keys, job_id=job_id, tenant_id=tenant_id,
+                              status=JobStatus.failed)
         observe_reclaimed(self.redis, self.keys, session, reclaimed)
         return reclaimed
 

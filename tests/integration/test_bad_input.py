@@ -61,6 +61,33 @@ def test_the_good_spec_these_are_made_from_is_accepted(api: httpx.Client) -> Non
     api.post(f"/api/v1/jobs/{resp.json()['id']}/cancel")
 
 
+def _nested(depth: int, kind: str) -> bytes:
+    inner = "[" * depth + "]" * depth if kind == "arrays" else '{"a": ' * depth + "1" + "}" * depth
+    return ('{"name": "deep", "algorithm": "logistic_regression", "dataset": "iris", '
+            f'"params": {inner}, "email": "a@b.test", "password": "x"}}').encode()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs", "/api/v1/auth/tokens", "/api/v1/auth/token"])
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+@pytest.mark.parametrize("kind", ["arrays", "objects"])
+def test_deeply_nested_json_is_a_422_not_a_500(api: httpx.Client, path: str, depth: int,
+                                                kind: str) -> None:
+    before = _count(api)
+    resp = api.post(path, content=_nested(depth, kind),
+                    headers={"content-type": "application/json"})
+    assert resp.status_code == 422, resp.text
+    assert "nested more than 64 levels deep" in resp.json()["detail"][0]["msg"]
+    assert _count(api) == before
+
+
+def test_json_nested_a_few_levels_still_reaches_the_route(api: httpx.Client) -> None:
+    resp = api.post("/api/v1/jobs", content=_nested(8, "arrays"),
+                    headers={"content-type": "application/json"})
+    # The route's own validation answers (params is no list of lists), not the guard.
+    assert resp.status_code == 422, resp.text
+    assert "nested" not in resp.text
+
+
 def test_non_finite_number_in_a_query_string_is_a_422(api: httpx.Client) -> None:
     resp = api.get("/api/v1/jobs", params={"limit": "NaN"})
     assert "integer" in _field_error(resp, ["query", "limit"])

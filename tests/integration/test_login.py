@@ -284,6 +284,38 @@ def test_seed_prints_once_and_reset_password_sets_a_new_one(tmp_path: Path) -> N
     assert missing.returncode == 1 and "no user nobody@example.com" in missing.stderr
 
 
+def test_reset_password_revokes_the_users_tokens_and_sessions(portal: Portal,
+                                                              address: str) -> None:
+    """A reset means the old password may have leaked: what it opened must close,
+    in the running API at once (no wait for its caller cache to lapse)."""
+    email, password = _account(portal)
+    other_email, other_password = _account(portal)
+    with _client(portal, address) as browser, _client(portal, address) as bystander:
+        assert browser.post(LOGIN, json={"email": email, "password": password}).status_code \
+            == 200
+        token = browser.post("/api/v1/auth/token", json={"email": email, "password": password})
+        assert token.status_code == 201, token.text
+        bearer = {"Authorization": f"Bearer {token.json()['token']}"}
+        assert bystander.post(LOGIN, json={"email": other_email,
+                                           "password": other_password}).status_code == 200
+        with _client(portal, address) as api:
+            assert api.get("/api/v1/jobs", headers=bearer).status_code == 200
+            assert browser.get("/api/v1/auth/me").status_code == 200
+
+            reset = _slaq("reset-password", email, DATABASE_URL=portal.db_url,
+                          REDIS_URL=portal.redis_url, REDIS_PREFIX=portal.prefix)
+            assert reset.returncode == 0, reset.stderr
+            assert "revoked 1 API token(s) and ended 1 browser session(s)" in reset.stderr
+            new_password = reset.stdout.strip()
+
+            assert api.get("/api/v1/jobs", headers=bearer).status_code == 401
+            assert browser.get("/api/v1/auth/me").status_code == 401
+            # Only that user's: another user's session goes on.
+            assert bystander.get("/api/v1/auth/me").status_code == 200
+            assert browser.post(LOGIN, json={"email": email,
+                                             "password": new_password}).status_code == 200
+
+
 def _request(peer: str, forwarded: list[str]) -> Request:
     return Request({"type": "http", "method": "POST", "path": LOGIN, "client": (peer, 40000),
                     "headers": [(b"x-forwarded-for", h.encode()) for h in forwarded]})

@@ -52,7 +52,8 @@ def test_integral_floats_are_integers_and_nan_is_refused() -> None:
 def test_metrics_are_checked() -> None:
     assert clean_metrics({"loss": 1, "accuracy": 0.5}, where="s") == {"loss": 1.0,
                                                                       "accuracy": 0.5}
-    for bad in ({"loss": "1"}, {"loss": True}, {"": 1.0}, {"x" * 65: 1.0}, [1.0]):
+    for bad in ({"loss": "1"}, {"loss": True}, {"": 1.0}, {"x" * 65: 1.0}, [1.0],
+                {"acc\ud800": 1.0}, {"a\x00": 1.0}, {"\x1b[31macc": 1.0}, {"a\nb": 1.0}):
         with pytest.raises(ValueError, match="^s: "):
             clean_metrics(bad, where="s")
 

@@ -152,6 +152,11 @@ def clean_metrics(raw: Any, *, where: str) -> Metrics:
     for key, value in raw.items():
         if not isinstance(key, str) or not key or len(key) > METRIC_NAME_MAX:
             raise ValueError(f"{where}: metric names must be 1-{METRIC_NAME_MAX} characters")
+        if not key.isprintable():
+            # A lone surrogate or NUL cannot be stored, ESC would act on terminals:
+            # refused here, the job fails with this reason instead of its commit.
+            raise ValueError(f"{where}: metric name {key!r} holds a character that is not "
+                             "printable text (a control character or a lone surrogate)")
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{where}: metric {key!r} must be a number, got {value!r}")
         metrics[key] = float(value)
