@@ -151,13 +151,13 @@ def test_metric_name_with_a_lone_surrogate_fails_once_naming_it(
 @pytest.mark.parametrize("mode", ["state", "big_state"])
 def test_state_that_raises_or_is_over_the_limit_fails_the_job(
         api: httpx.Client, neighbour: httpx.Client, portal: Portal, mode: str) -> None:
-    """state() runs outside the job's error handling today (the lead guards it in
-    workers/chunk_service.py); until then the scheduler's lost-chunk rule fails
-    the job after its second lost chunk. Either way: failed, at most twice run."""
+    """The chunk that takes the state (a resident trainer's is taken at the
+    job's end, here its second chunk) fails the job at once, saying so: no
+    chunk of it is lost and run again."""
     bad, job, grants = _run_hostile(api, neighbour, portal, mode)
-    assert grants <= 2, (grants, job)
-    assert "state()" in bad["error"] or "state limit" in bad["error"] or \
-        bad["error"].startswith("its chunks keep failing: 2 chunks in a row"), bad["error"]
+    assert grants == job.chunks_run <= 2, (grants, job)
+    assert bad["error"].startswith("saving its state failed at iteration "), bad["error"]
+    assert ("state()" if mode == "state" else "over the") in bad["error"], bad["error"]
 
 
 def test_the_cli_prints_server_text_with_esc_escaped(
