@@ -7,9 +7,9 @@ this slot steps on with no build, no restore and no sandbox start.
 
 The state leaves the slot only when the job does:
 - another job is granted this slot: the resident job is *evicted*;
-- the job is paused, cancelled or over, or is not granted again for
-  ``IDLE_SAVE_SECONDS``: the slot's idle thread writes it (and lets it go
-  unless the job is still queued);
+- the job is paused, cancelled or over (the slot's idle thread writes it and
+  lets it go within ``STATUS_CHECK_SECONDS``), or is not granted again for
+  ``IDLE_SAVE_SECONDS`` (written, and kept while the job is queued);
 - the process shuts down;
 plus, while it stays, at a chunk's end at most every ``CHECKPOINT_SECONDS``.
 
@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 IDLE_POLL_SECONDS = 0.25
 """How often the idle thread looks at the resident trainer."""
+STATUS_CHECK_SECONDS = 0.5
+"""How often an idle slot reads its resident job's status (a query each)."""
 LET_GO = (JobStatus.paused, JobStatus.cancelled, JobStatus.completed, JobStatus.failed)
 """A resident job in one of these has left the slot: written, then closed."""
 
@@ -65,6 +67,8 @@ class Resident:
     save_seconds: float = 0.0
     """How long its latest state() and checkpoint write took."""
     idle_since: float = 0.0
+    checked_at: float = 0.0
+    """When the idle thread last read its job's status."""
 
     @property
     def dirty(self) -> bool:
@@ -202,15 +206,19 @@ class IdleSaver:
             return  # a chunk is running
         try:
             res = SLOT.current
-            if res is None or time.monotonic() - res.idle_since < self.idle_seconds:
+            now = time.monotonic()
+            if res is None or now - res.checked_at < STATUS_CHECK_SECONDS:
                 return
+            res.checked_at = now
             with Session(self.writer.ctx.engine) as session:
                 job = session.get(Job, res.job_id)
                 status = None if job is None else job.status
             if status is None or status in LET_GO:
+                # Paused, cancelled or over: written now, so its checkpoint
+                # (the model a user downloads) is there within a poll.
                 SLOT.take()
                 self.writer.let_go(res, save=status is not None)
-            elif res.dirty:
+            elif res.dirty and time.monotonic() - res.idle_since >= self.idle_seconds:
                 self.writer.save_leaving(res)
         finally:
             SLOT.lock.release()

@@ -211,8 +211,12 @@ def download_checkpoint(job_id: DbId, session: SessionDep, scope: CurrentTenant)
 
     job = scope.get_owned(session, Job, job_id)
     if job.checkpoint_iteration <= 0:
-        raise HTTPException(status.HTTP_404_NOT_FOUND,
-                            f"job {job_id} has no checkpoint yet: it has not finished a chunk")
+        detail = (f"job {job_id} has no checkpoint yet: it has not finished a chunk"
+                  if job.iterations_done <= 0 else
+                  f"job {job_id} has no checkpoint yet: its trained state is still loaded on "
+                  f"its worker slot; it is written when the job pauses, ends or leaves the "
+                  f"slot, and at least every {get_settings().checkpoint_seconds:g} s")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail)
     store = CheckpointStore(get_settings().effective_checkpoint_dir)
     # Read at once: a running job's next chunk prunes this file once it has a newer one.
     data = store.load(job.id or 0, job.checkpoint_iteration)

@@ -125,6 +125,10 @@ class World:
                 assert time.monotonic() < deadline, "no chunk finished in 120 s"
                 time.sleep(0.2)
             assert c.post(f"/api/v1/jobs/{job}/pause").status_code == 200
+            # Paused, its resident trainer's state is written within a moment.
+            while c.get(f"/api/v1/jobs/{job}").json()["residency"]["checkpoint_iteration"] <= 0:
+                assert time.monotonic() < deadline, "no checkpoint written in 120 s"
+                time.sleep(0.2)
         return job
 
     def new_member_token(self) -> int:

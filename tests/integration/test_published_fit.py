@@ -33,7 +33,7 @@ class Setup:
 
     def scheduler(self, policy: str) -> Scheduler:
         return Scheduler(engine=engine_for(self.db_url), client=self.client, keys=self.keys,
-                         send=lambda *_: None, chunk_seconds=1, lease_seconds=30,
+                         send=lambda *_, **__: None, chunk_seconds=1, lease_seconds=30,
                          default_policy=policy)
 
     def report(self, job_id: int, iterations: range) -> list[LossPoint]:
