@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -227,10 +226,8 @@ def test_sigkilled_worker_loses_nothing(portal: Portal, api: httpx.Client) -> No
         return bool(last) and int(last[0][1]["iteration"]) > committed + 2
 
     wait_until(mid_chunk, 60, "a chunk in flight", interval=0.05)
-    victims = portal.slot_pids()
+    victims = portal.kill_slots()
     assert victims
-    for pid in victims:
-        os.kill(pid, signal.SIGKILL)
     done = wait_finished(api, job["id"], timeout=180)
     assert done["status"] == "completed", done
     assert stored_iterations(portal.db_url, job["id"]) == list(range(1, 401))

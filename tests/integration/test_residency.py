@@ -10,8 +10,6 @@ Counted from the job's own figures, which the workers keep (not timing):
 
 from __future__ import annotations
 
-import os
-import signal
 from typing import Any
 
 import httpx
@@ -119,9 +117,8 @@ def test_sigkill_of_the_slot_holding_a_resident_trainer_loses_nothing(
     job = submit(api, **MLP, stopping={"max_iterations": 4000, "tolerance": None})
     wait_until(lambda: job_of(api, job["id"])["residency"]["resident_chunks"] >= 2, 120,
                "the job to step on its resident trainer")
-    victims = portal.slot_pids()
-    for pid in victims:
-        os.kill(pid, signal.SIGKILL)
+    victims = portal.kill_slots()
+    assert victims
     done = wait_finished(api, job["id"], timeout=240)
     assert done["status"] == "completed", done
     # Restored from its last checkpoint, the lost iterations ran again and

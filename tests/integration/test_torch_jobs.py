@@ -8,8 +8,6 @@ it is not usable text."""
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 from typing import Any, cast
 
@@ -80,10 +78,8 @@ def _kill_workers_mid_chunk(portal: Portal, api: httpx.Client, job_id: int) -> N
         return bool(last) and int(last[0][1]["iteration"]) > committed + 2
 
     wait_until(mid_chunk, 120, "a chunk in flight", interval=0.02)
-    victims = portal.slot_pids()
+    victims = portal.kill_slots()
     assert victims
-    for pid in victims:
-        os.kill(pid, signal.SIGKILL)
 
 
 def _uninterrupted(job: dict[str, Any], data: Any, eval_at: list[int]

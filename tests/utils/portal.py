@@ -118,7 +118,19 @@ class Portal:
         return [child.pid for child in psutil.Process(self.procs[name].pid).children()]
 
     def slot_pids(self) -> list[int]:
-        return [int(s.rsplit(":", 1)[1]) for s in Heartbeats(self.redis(), self.keys).alive()]
+        """The live slot processes (a slot killed a moment ago heartbeats no
+        more but stays listed until its heartbeat expires: left out)."""
+        pids = [int(s.rsplit(":", 1)[1]) for s in Heartbeats(self.redis(), self.keys).alive()]
+        return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+    def kill_slots(self) -> list[int]:
+        """SIGKILL every live slot process; the pids killed."""
+        killed = []
+        for pid in self.slot_pids():
+            with suppress(ProcessLookupError):  # it ended between the listing and now
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        return killed
 
     def close(self) -> None:
         """Stop every process and delete this portal's Redis keys and queue."""
