@@ -14,7 +14,7 @@ from tests.browser.helpers import Account, api_client, screenshot, sign_in
 from tests.utils.portal import Portal
 from tests.utils.waiting import wait_until
 
-ITERATIONS = 12_000  # about ten seconds, twenty-odd chunks of 0.5 s
+ITERATIONS = 24_000  # ten-odd seconds of chunks of 0.5 s: long enough for fits to be drawn
 
 # What the page shows, read in one go (the chart's traces: loss, band low, ...).
 SNAPSHOT = """() => {
