@@ -95,8 +95,6 @@ class _Run:
     saved: bool = False
     """It wrote the state at ``saved_iteration``."""
     saved_iteration: int | None = None
-    save_seconds: float | None = None
-    start_seconds: float | None = None
     switch_seconds: float | None = None
 
 
@@ -237,8 +235,7 @@ def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, res: Resident, ho
     run = _Run(points=result.points, metrics=result.metrics, evaluations=result.evaluations,
                verdict=result.verdict, iteration=result.iteration,
                output=_output_of(trainer), trainer=res,
-               resident=how == "resident", restored=how == "restored",
-               start_seconds=res.start_seconds if how == "restored" else None)
+               resident=how == "resident", restored=how == "restored")
     if result.stopped:
         run.abandoned = True
         return run
@@ -304,7 +301,6 @@ def _settle(ctx: ChunkContext, writer: StateWriter, res: Resident, run: _Run) ->
             return
         run.saved = True
     run.saved_iteration = res.saved_iteration
-    run.save_seconds = res.save_seconds
     run.switch_seconds = res.switch_seconds
     if not ended:
         run.keep = res
