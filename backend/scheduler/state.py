@@ -50,7 +50,8 @@ _COLUMNS = (col(Job.id), col(Job.tenant_id), col(Job.status), col(Job.created_at
             col(Job.attained_seconds), col(Job.chunks_run), col(Job.initial_loss),
             col(Job.chunk_seq), col(Job.algorithm), col(Job.dataset), col(Job.quality_metric),
             col(Job.eval_every), col(Job.requirements), col(Job.pool), col(Job.experiment_id),
-            col(Job.switch_seconds), col(Job.params), col(Job.dataset_params))
+            col(Job.switch_seconds), col(Job.params), col(Job.dataset_params),
+            col(Job.restores))
 
 def shape_key(params: Any, dataset_params: Any) -> str:
     """What sets a job's seconds per iteration, as a key: its integer and
@@ -95,6 +96,8 @@ class JobRow:
     switch_seconds: float = 0.0
     shape: str = ""
     """The job's settings that size its work (see :func:`shape_key`)."""
+    moves: int = 0
+    """Trainer starts after its first (``restores`` counts the first too)."""
 
     @classmethod
     def of(cls, row: Any) -> JobRow:
@@ -104,7 +107,7 @@ class JobRow:
                    str(row[12]), str(row[13] or TRAINING_LOSS), int(row[14] or 0),
                    requirements_from(row[15] or {}), row[16],
                    None if row[17] is None else int(row[17]), float(row[18] or 0.0),
-                   shape_key(row[19], row[20]))
+                   shape_key(row[19], row[20]), max(int(row[21] or 0) - 1, 0))
 
     @property
     def kind(self) -> tuple[str, str, str]:
@@ -398,6 +401,7 @@ class JobState:
             pool=row.pool,
             experiment_id=row.experiment_id,
             switch_seconds=row.switch_seconds,
+            moves=row.moves,
         )
         self._views[job_id] = (key, view)
         return view

@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -86,22 +87,40 @@ def assign_slots(grants: Sequence[Grant], free: Sequence[SlotView],
     return assigned
 
 
+def move_chunk_seconds(switch: Any, moves: Any, attained: Any,
+                       share: float = SWITCH_SHARE) -> Any:
+    """Training seconds a moving job's chunk needs so that its switches, this
+    one included, stay within ``share`` of its slot time; <= 0: none needed.
+
+    Counted over the job's life, not chunk by chunk: a job with 20 s of
+    training that moves for the first time at 0.2 s has switched 1% of its
+    time and may move with a short chunk, while a job moved often gets long
+    ones. So slaq keeps its fine-grained decisions where moves are rare and
+    cheap, and thrashing is bounded all the same. Takes floats or arrays.
+    """
+    return (moves + 1) * switch * (1 - share) / share - attained
+
+
 def amortised(grant: Grant, job: JobView, slot: SlotView | None,
               resident: Mapping[int, str], share: float = SWITCH_SHARE) -> Grant:
-    """``grant`` long enough that a job that moves spends at most
-    ``SWITCH_SHARE`` of the chunk's slot time on the move.
+    """``grant`` long enough that a job that moves spends at most ``share``
+    of its slot time on its moves (:func:`move_chunk_seconds`).
 
     A job that steps on where it is resident keeps the policy's short chunk:
     fine-grained decisions cost nothing when nothing moves. Example: a job of
-    0.01 s an iteration whose move costs 1.5 s gets at least
-    1.5 * 19 / 0.01 = 2,850 iterations when it moves (28.5 s of training).
-    ``share`` 1 turns the stretching off (the simulator's trade-off studies).
+    0.01 s an iteration whose move costs 1.5 s, moved for the first time
+    after 10 s of training, gets at least (1.5 * 19 - 10) / 0.01 = 1,850
+    iterations (18.5 s of training). ``share`` 1 turns the stretching off
+    (the simulator's trade-off studies).
     """
     stays = slot is not None and resident.get(grant.job_id) == slot.slot_id
     spi = job.seconds_per_iteration
     if stays or job.switch_seconds <= 0 or spi is None or share >= 1:
         return grant
-    wanted = math.ceil(job.switch_seconds * (1 - share) / share / spi)
+    needed = move_chunk_seconds(job.switch_seconds, job.moves, job.attained_seconds, share)
+    if needed <= 0:
+        return grant
+    wanted = math.ceil(needed / spi)
     iterations = min(max(grant.iterations, wanted), max(job.remaining_iterations, 1))
     return grant if iterations == grant.iterations else replace(grant, iterations=iterations)
 
@@ -118,16 +137,21 @@ def switch_discounts(snapshot: Snapshot, jobs: Sequence[JobView]) -> np.ndarray:
     (:func:`amortised`), 1 for a job that steps on or whose cost is unknown.
 
     A policy multiplies a gain per slot-second by it, so a job that must move
-    ranks below an equal one that steps on, by at most ``SWITCH_SHARE``.
-    One array pass: the live scheduler ranks thousands of jobs a round.
+    ranks below an equal one that steps on. One array pass: the live
+    scheduler ranks thousands of jobs a round.
     """
-    charge = np.fromiter(map(_SWITCH, jobs), float, len(jobs))
+    count = len(jobs)
+    charge = np.fromiter(map(_SWITCH, jobs), float, count)
     if snapshot.resident:
-        ids = np.fromiter(map(_ID, jobs), np.int64, len(jobs))
+        ids = np.fromiter(map(_ID, jobs), np.int64, count)
         charge[np.isin(ids, np.fromiter(snapshot.resident, np.int64))] = 0.0
-    chunk = np.maximum(snapshot.chunk_seconds, charge * (1 - SWITCH_SHARE) / SWITCH_SHARE)
+    needed = move_chunk_seconds(charge, np.fromiter(map(_MOVES, jobs), float, count),
+                                np.fromiter(map(_ATTAINED, jobs), float, count))
+    chunk = np.maximum(snapshot.chunk_seconds, needed)
     return chunk / np.maximum(chunk + charge, 1e-12)
 
 
 _SWITCH = attrgetter("switch_seconds")
 _ID = attrgetter("job_id")
+_MOVES = attrgetter("moves")
+_ATTAINED = attrgetter("attained_seconds")

@@ -172,6 +172,8 @@ class SimJob:
     """The slot holding its trainer (simulated residency)."""
     switch_known: bool = False
     """It has started on a slot once, so its switch cost is measured."""
+    moves: int = 0
+    """Starts on a slot after its first."""
     _view: JobView | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -208,7 +210,8 @@ class SimJob:
             waiting_since=self.waiting_since, chunks_run=self.chunks,
             requirements=self.requirements, pool=self.pool,
             experiment_id=self.experiment_id, estimated_seconds_per_iteration=estimate,
-            switch_seconds=self.curve.chunk_overhead_seconds if self.switch_known else 0.0,
+            switch_seconds=switch_cost(self.curve) if self.switch_known else 0.0,
+            moves=self.moves,
         )
         return self._view
 
@@ -513,11 +516,19 @@ def _take(slots: list[_Slot], index: int, job: SimJob) -> float:
         if job.slot is not None and slots[job.slot].view.resident_job == job.job_id:
             slots[job.slot].view = replace(slots[job.slot].view, resident_job=None)
         slot.view = replace(slot.view, resident_job=job.job_id)
+        job.moves += job.switch_known
     slot.busy = True
     job.slot = index
     job.switch_known = True
     overhead = job.curve.chunk_overhead_seconds
     return min(RESIDENT_CHUNK_SECONDS, overhead) if stays else overhead
+
+
+def switch_cost(curve: TraceCurve) -> float:
+    """What a move costs beyond a chunk that steps on: the curve's overhead less
+    the dispatch every chunk pays, as the workers measure it live (build,
+    restore and save, not the dispatch)."""
+    return max(curve.chunk_overhead_seconds - RESIDENT_CHUNK_SECONDS, 0.0)
 
 
 def _let_go(slots: list[_Slot], job: SimJob) -> None:

@@ -105,6 +105,8 @@ class JobView:
     experiment_id: int | None = None
     # Measured seconds a move to another slot costs it (build, restore, save); 0 unknown.
     switch_seconds: float = 0.0
+    # Moves so far: starts on a slot after its first (each paid a switch).
+    moves: int = 0
     history: LossHistory = field(default=EMPTY, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -57,16 +57,28 @@ def test_slots_without_their_own_queue_are_never_named() -> None:
 
 
 def job(job_id: int, switch_seconds: float, spi: float = 0.01, done: int = 100,
-        total: int = 100_000) -> JobView:
+        total: int = 100_000, attained: float = 0.0, moves: int = 0) -> JobView:
     losses = [LossPoint(i, 1.0 / i, spi) for i in range(1, done + 1)]
     return JobView(job_id=job_id, tenant_id=1, submitted_at=0.0, iterations_done=done,
-                   max_iterations=total, losses=losses, switch_seconds=switch_seconds)
+                   max_iterations=total, losses=losses, switch_seconds=switch_seconds,
+                   attained_seconds=attained, moves=moves)
 
 
 def test_a_moving_job_gets_a_chunk_that_amortises_its_switch() -> None:
     moving = amortised(grant(1), job(1, switch_seconds=1.5), slot("b"), {1: "a"})
     # 1.5 s of switch is 5% of 30 s: 28.5 s of training at 0.01 s an iteration.
     assert moving.iterations == 2850
+
+
+def test_the_switch_budget_spans_the_jobs_life() -> None:
+    # 40 s of training and no move yet: a 1.5 s move is 3.6% of its time, no stretching.
+    seasoned = amortised(grant(1), job(1, switch_seconds=1.5, attained=40.0), slot("b"), {1: "a"})
+    assert seasoned.iterations == 10
+    # Moved 3 times already in those 40 s: the 4th move needs (4 * 1.5 * 19 - 40) s
+    # = 74 s of training, 7,400 iterations, to keep its moves within 5%.
+    thrashed = amortised(grant(1), job(1, switch_seconds=1.5, attained=40.0, moves=3),
+                         slot("b"), {1: "a"})
+    assert thrashed.iterations == 7400
 
 
 def test_a_resident_job_keeps_its_short_chunk() -> None:

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from backend.scheduling.registry import make_policy
+from backend.scheduling.residency import switch_discounts
 from backend.scheduling.types import JobView, LossPoint, Snapshot
 
 
 def job(job_id: int, *, attained: float, switch: float = 0.0, rate: float = 0.97,
-        done: int = 200) -> JobView:
+        done: int = 200, moves: int = 0) -> JobView:
     losses = tuple(LossPoint(k, 2.0 * rate ** k, 0.01) for k in range(1, done + 1))
     return JobView(job_id=job_id, tenant_id=1, submitted_at=0.0, iterations_done=done,
                    max_iterations=5000, losses=losses, attained_seconds=attained,
-                   chunks_run=done // 100, switch_seconds=switch, waiting_since=99.5)
+                   chunks_run=done // 100, switch_seconds=switch, waiting_since=99.5,
+                   moves=moves)
 
 
 def snapshot(jobs: list[JobView], resident: set[int]) -> Snapshot:
@@ -59,3 +63,14 @@ def test_slaq_moves_a_job_whose_gain_outweighs_the_switch() -> None:
     flat = job(1, attained=3.0, switch=5.0, rate=0.999)
     steep = replace(job(2, attained=3.0, switch=5.0, rate=0.9, done=20), chunks_run=1)
     assert first("slaq", snapshot([flat, steep], resident={1})) == 2
+
+
+
+def test_the_discount_is_the_share_of_the_moving_chunk_that_trains() -> None:
+    # Job 1 steps on: 1. Job 2, 60 s of service, first move at 0.4 s: no
+    # stretching needed, a 1 s chunk of which 1 / 1.4 trains. Job 3, moved 20
+    # times: its chunk is stretched to 19 * 21 * 0.4 - 60 = 99.6 s.
+    jobs = [job(1, attained=60.0, switch=0.4), job(2, attained=60.0, switch=0.4),
+            job(3, attained=60.0, switch=0.4, moves=20)]
+    got = switch_discounts(snapshot(jobs, resident={1}), jobs)
+    assert got.tolist() == pytest.approx([1.0, 1 / 1.4, 99.6 / 100.0])
