@@ -45,11 +45,15 @@ class CheckpointStore:
             return None
 
     def prune(self, job_id: int, keep_iteration: int) -> None:
-        """Delete every checkpoint of the job except ``keep_iteration``'s."""
-        keep = self.path(job_id, keep_iteration).name
+        """Delete the job's checkpoints older than ``keep_iteration``'s.
+
+        Newer files are kept: one may be a state still being written behind
+        (recorded by a later commit), and an orphan of a dropped chunk is
+        replaced or pruned once the job saves past it.
+        """
         folder = self._dir(job_id)
         if not folder.exists():
             return
-        for entry in folder.iterdir():
-            if entry.name != keep and entry.suffix == ".ckpt":
+        for entry in folder.glob("*.ckpt"):
+            if entry.stem.isdigit() and int(entry.stem) < keep_iteration:
                 entry.unlink(missing_ok=True)

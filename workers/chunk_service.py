@@ -287,10 +287,16 @@ def _settle(ctx: ChunkContext, writer: StateWriter, res: Resident, run: _Run) ->
         return  # dropped: the last good checkpoint stays in force
     res.iteration = run.iteration
     ended = run.verdict is not None
+    landed = writer.landed(res)
+    if landed is not None:  # recorded by this chunk's commit, under its lease
+        run.saved = True
     due = time.monotonic() - res.saved_at >= ctx.checkpoint_seconds
-    if res.dirty and (ended or due):
+    if res.dirty and (ended or (due and res.pending is None)):
         try:
-            writer.save(res)
+            if ended:  # its final state, durable before the job reads as over
+                writer.save(res)
+            else:
+                writer.save_behind(res)
         except Exception as exc:
             log.exception("job %s: state() failed", res.job_id)
             run.verdict = Verdict("failed", f"saving its state failed at iteration "
@@ -299,7 +305,7 @@ def _settle(ctx: ChunkContext, writer: StateWriter, res: Resident, run: _Run) ->
             run.output = _output_of(res.trainer) or _output_of(exc)
             run.iteration = res.saved_iteration
             return
-        run.saved = True
+        run.saved = run.saved or ended
     run.saved_iteration = res.saved_iteration
     run.switch_seconds = res.switch_seconds
     if not ended:

@@ -11,7 +11,11 @@ The state leaves the slot only when the job does:
   lets it go within ``STATUS_CHECK_SECONDS``), or is not granted again for
   ``IDLE_SAVE_SECONDS`` (written, and kept while the job is queued);
 - the process shuts down;
-plus, while it stays, at a chunk's end at most every ``CHECKPOINT_SECONDS``.
+plus, while it stays, at a chunk's end at most every ``CHECKPOINT_SECONDS``:
+the state is taken between chunks, but its file is written and made durable
+by a background thread while the next chunks train (:class:`WriteBehind`),
+and recorded as the job's checkpoint by the first commit after it landed.
+A slot holds at most one such state in memory besides its trainer.
 
 Loss points stay exactly-once: the database's ``iterations_done`` is the
 job's progress and ``checkpoint_iteration`` its newest saved state, which may
@@ -29,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import update
@@ -52,6 +56,17 @@ LET_GO = (JobStatus.paused, JobStatus.cancelled, JobStatus.completed, JobStatus.
 
 
 @dataclass
+class WriteBehind:
+    """A state taken at ``iteration`` whose file a background thread writes."""
+
+    iteration: int
+    state_seconds: float
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    write_seconds: float = 0.0
+
+
+@dataclass
 class Resident:
     """One loaded trainer and where it stands against its job's records."""
 
@@ -69,6 +84,8 @@ class Resident:
     idle_since: float = 0.0
     checked_at: float = 0.0
     """When the idle thread last read its job's status."""
+    pending: WriteBehind | None = None
+    """Its cadence state being written behind, not yet recorded."""
 
     @property
     def dirty(self) -> bool:
@@ -114,6 +131,7 @@ class StateWriter:
     def save(self, res: Resident) -> float:
         """Take the state and write its file; the seconds it took. Raises what
         ``state()`` raises (the caller fails the job with it)."""
+        self.wait_behind(res)  # an older file landing after this one would be an orphan
         began = time.perf_counter()
         state = res.trainer.state()
         self.ctx.checkpoints.save(res.job_id, res.iteration, state)
@@ -121,6 +139,47 @@ class StateWriter:
         res.saved_iteration = res.iteration
         res.saved_at = time.monotonic()
         return res.save_seconds
+
+    def save_behind(self, res: Resident) -> None:
+        """Take the state now and write its file on a thread while the job
+        trains on; :meth:`landed` says when it is durable. Raises what
+        ``state()`` raises."""
+        began = time.perf_counter()
+        state = res.trainer.state()
+        pending = WriteBehind(res.iteration, time.perf_counter() - began)
+        res.pending = pending
+        res.saved_at = time.monotonic()
+        threading.Thread(target=self._write_behind, args=(res.job_id, pending, state),
+                         name="slaq-write-behind", daemon=True).start()
+
+    def _write_behind(self, job_id: int, pending: WriteBehind, state: bytes) -> None:
+        began = time.perf_counter()
+        try:
+            self.ctx.checkpoints.save(job_id, pending.iteration, state)
+        except BaseException as exc:  # kept for the chunk thread to log
+            pending.error = exc
+        pending.write_seconds = time.perf_counter() - began
+        pending.done.set()
+
+    def landed(self, res: Resident) -> int | None:
+        """The iteration of a written-behind state now durable (once), else None."""
+        pending = res.pending
+        if pending is None or not pending.done.is_set():
+            return None
+        res.pending = None
+        if pending.error is not None:
+            # The job keeps its older checkpoint; the next cadence tries again.
+            log.error("job %s: writing its checkpoint failed: %s", res.job_id, pending.error)
+            return None
+        res.saved_iteration = max(res.saved_iteration, pending.iteration)
+        res.save_seconds = pending.state_seconds + pending.write_seconds
+        return pending.iteration
+
+    def wait_behind(self, res: Resident) -> int | None:
+        """:meth:`landed`, after waiting for a write in progress."""
+        if res.pending is not None:
+            res.pending.done.wait()
+        return self.landed(res)
 
     def still_ours(self, res: Resident) -> bool:
         """No chunk of the job is in flight and this slot still holds it."""
@@ -130,16 +189,18 @@ class StateWriter:
     def save_leaving(self, res: Resident) -> bool:
         """Write a dirty resident trainer whose job is between chunks and
         record the checkpoint; False when the job moved on without it."""
-        if not res.dirty:
+        landed = self.wait_behind(res)
+        if not res.dirty and landed is None:
             return True
         if not self.still_ours(res):
             return False
-        try:
-            self.save(res)
-        except Exception as exc:
-            log.exception("job %s: state() failed while leaving its slot", res.job_id)
-            self._fail(res, f"saving its state failed: {type(exc).__name__}: {exc}")
-            return False
+        if res.dirty:
+            try:
+                self.save(res)
+            except Exception as exc:
+                log.exception("job %s: state() failed while leaving its slot", res.job_id)
+                self._fail(res, f"saving its state failed: {type(exc).__name__}: {exc}")
+                return False
         with Session(self.ctx.engine) as session:
             result = cast(CursorResult[Any], session.execute(
                 update(Job)

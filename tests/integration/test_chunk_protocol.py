@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from backend.core.db import engine_for, migrate, session_scope
-from backend.core.leases import Heartbeats, Leases
+from backend.core.leases import Heartbeats, Leases, local_slot_id
 from backend.core.models import Job, JobStatus, LossRecord, Role
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.service import Scheduler
@@ -20,6 +20,7 @@ from backend.seed import ensure_tenant, ensure_user
 from workers.checkpoints import CheckpointStore
 from workers.chunk_service import ChunkContext, Outcome, run_chunk
 from workers.datasets import load_dataset
+from workers.resident import SLOT
 from workers.trainers.data import holdout
 from workers.trainers.registry import make_trainer
 
@@ -121,3 +122,32 @@ def test_policy_respects_free_slots_and_leases(setup: Setup) -> None:
     sched.run_round()
     sched.run_round()  # the job's chunk is in flight: nothing more to grant
     assert len(sent) == 1
+
+
+def test_a_cadence_state_is_written_behind_and_recorded_by_the_next_commit(
+        setup: Setup) -> None:
+    sched, ctx, sent, job_id = setup
+    ctx.checkpoint_seconds = 0.0  # every chunk's end is due
+    # This process is the slot: alive, so the scheduler keeps its resident job there.
+    Heartbeats(ctx.redis, ctx.keys).beat(local_slot_id(), 60)
+    sched.run_round()
+    assert run_chunk(ctx, *sent[-1]).outcome == Outcome.ran
+    resident = SLOT.current
+    assert resident is not None and resident.job_id == job_id
+    pending = resident.pending
+    assert pending is not None and pending.iteration == 10, "the state was not written behind"
+    with session_scope(ctx.engine) as session:
+        job = session.get(Job, job_id)
+        # Not durable when the chunk committed, so not yet the job's checkpoint.
+        assert job is not None and job.checkpoint_iteration == 0
+    assert pending.done.wait(30) and pending.error is None
+    assert ctx.checkpoints.load(job_id, 10) is not None
+    sched.run_round()
+    granted, seq, _ = sent[-1]
+    # 10 iterations, whatever the grant: the job must not end (an end saves at once).
+    assert run_chunk(ctx, granted, seq, 10).outcome == Outcome.ran
+    with session_scope(ctx.engine) as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.iterations_done == 20
+        assert (job.restores, job.resident_chunks) == (1, 1), "it did not step on"
+        assert job.checkpoint_iteration == 10 and job.checkpoints_saved == 1
