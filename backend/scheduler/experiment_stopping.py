@@ -80,9 +80,12 @@ class ExperimentStopper:
         self.redis = client
         self.keys = keys
         self.predictor = LossPredictor()
-        # job id -> its objective series so far (read incrementally).
+        # job id -> its objective series so far (read incrementally), and the
+        # progress it was read at: a job that has not moved is not read again.
         self._series: dict[int, list[tuple[int, float]]] = {}
         self._metric: dict[int, str] = {}
+        self._read_at: dict[int, int] = {}
+        self._jobs_of: dict[int, set[int]] = {}
         # Experiment id -> its rule (None: it has none); specs never change.
         self._rules: dict[int, RuleConfig | None] = {}
         # Experiment id -> its stoppable jobs and their progress when last judged.
@@ -128,10 +131,11 @@ class ExperimentStopper:
             except Exception:  # noqa: BLE001 - one bad experiment must not stop scheduling
                 session.rollback()
                 log.exception("early stopping of experiment %s failed", experiment_id)
-        live_jobs = {job_id for jobs in progress.values() for job_id, _ in jobs}
-        for job_id in [j for j in self._series if j not in live_jobs]:
-            self._series.pop(job_id, None)
-            self._metric.pop(job_id, None)
+        for gone in [e for e in self._jobs_of if e not in progress]:
+            for job_id in self._jobs_of.pop(gone):
+                self._series.pop(job_id, None)
+                self._metric.pop(job_id, None)
+                self._read_at.pop(job_id, None)
         self.standings = {j: s for by_job in self._standings.values()
                           for j, s in by_job.items() if j not in stopped}
         return stopped
@@ -142,9 +146,10 @@ class ExperimentStopper:
                    col(Job.max_iterations), col(Job.stopped_early))
             .where(col(Job.experiment_id) == experiment_id)).all()
         trials = []
+        self._jobs_of[experiment_id] = {int(row[0]) for row in rows}
         for job_id, status, done, most, early in rows:
             job_id = int(job_id)
-            points = self._read_series(session, job_id, config.metric)
+            points = self._read_series(session, job_id, config.metric, int(done))
             stoppable = status in ACTIVE and not early
             final = None
             if stoppable and points:
@@ -170,11 +175,15 @@ class ExperimentStopper:
         except redis.RedisError as exc:
             log.warning("could not publish the verdicts of experiment %s: %s", experiment_id, exc)
 
-    def _read_series(self, session: Session, job_id: int, metric: str) -> list[tuple[int, float]]:
+    def _read_series(self, session: Session, job_id: int, metric: str,
+                     done: int) -> list[tuple[int, float]]:
         if self._metric.get(job_id) != metric:
             self._series[job_id] = []
             self._metric[job_id] = metric
+            self._read_at.pop(job_id, None)
         series = self._series[job_id]
+        if self._read_at.get(job_id) == done:
+            return series  # no chunk committed since: no new points
         after = series[-1][0] if series else 0
         if metric == "loss":
             query = (select(col(LossRecord.iteration), col(LossRecord.loss))
@@ -189,6 +198,7 @@ class ExperimentStopper:
                      .order_by(col(MetricRecord.iteration)))
         series.extend((int(i), float(v)) for i, v in session.execute(query).all()
                       if math.isfinite(float(v)))
+        self._read_at[job_id] = done
         return series
 
     def _stop(self, session: Session, stop: Stop, config: RuleConfig) -> bool:
