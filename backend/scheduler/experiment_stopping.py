@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
 
 import redis
 from sqlalchemy import insert, select, update
@@ -45,7 +44,14 @@ from backend.core.models import (
 )
 from backend.core.notify import publish_job_event
 from backend.core.redis_keys import RedisKeys
-from backend.scheduling.early_stopping import RuleConfig, Stop, Trial, judge, predict_final
+from backend.scheduling.early_stopping import (
+    RuleConfig,
+    Stop,
+    Trial,
+    judge,
+    predict_final,
+    rule_config,
+)
 from backend.scheduling.experiment_focus import Standing, standings
 from backend.scheduling.predictor import LossPredictor
 
@@ -53,22 +59,6 @@ log = logging.getLogger(__name__)
 
 ACTIVE = (JobStatus.queued, JobStatus.running)
 STOP_POLICY_PREFIX = "early stopping: "
-
-
-def rule_config(spec: dict[str, Any]) -> RuleConfig | None:
-    """The experiment's rule from its stored spec; ``None`` when it has none."""
-    early = spec.get("early_stopping") or {}
-    rule = str(early.get("rule") or "none")
-    if rule == "none":
-        return None
-    objective = spec.get("objective") or {}
-    metric = str(objective.get("metric") or "loss")
-    mode = objective.get("mode")
-    maximise = mode == "max" if mode in ("min", "max") else "accuracy" in metric
-    return RuleConfig(rule=rule, top_k=int(early.get("top_k", 3)),
-                      min_iterations=int(early.get("min_iterations", 100)),
-                      reduction=int(early.get("reduction", 3)), metric=metric,
-                      maximise=maximise)
 
 
 VERDICTS_TTL_SECONDS = 3600

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from backend.scheduling.predictor import LossPredictor
 from backend.scheduling.types import JobView, LossPoint
@@ -47,6 +48,22 @@ class RuleConfig:
     reduction: int = 3
     metric: str = "loss"
     maximise: bool = False
+
+
+def rule_config(spec: dict[str, Any]) -> RuleConfig | None:
+    """The experiment's rule from its stored spec; ``None`` when it has none."""
+    early = spec.get("early_stopping") or {}
+    rule = str(early.get("rule") or "none")
+    if rule == "none":
+        return None
+    objective = spec.get("objective") or {}
+    metric = str(objective.get("metric") or "loss")
+    mode = objective.get("mode")
+    maximise = mode == "max" if mode in ("min", "max") else "accuracy" in metric
+    return RuleConfig(rule=rule, top_k=int(early.get("top_k", 3)),
+                      min_iterations=int(early.get("min_iterations", 100)),
+                      reduction=int(early.get("reduction", 3)), metric=metric,
+                      maximise=maximise)
 
 
 @dataclass(frozen=True)

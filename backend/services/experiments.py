@@ -15,8 +15,7 @@ from sqlmodel import Session, col
 
 from backend.core.models import FINISHED, Experiment, Job, JobStatus, Tenant, User, as_utc
 from backend.core.redis_keys import RedisKeys
-from backend.scheduler.experiment_stopping import rule_config
-from backend.scheduling.early_stopping import judged_at
+from backend.scheduling.early_stopping import judged_at, rule_config
 from backend.services import jobs as job_service
 from backend.services.experiment_specs import ExperimentCreate, job_specs
 from backend.services.specs import SpecError, SpecErrors
