@@ -56,12 +56,14 @@ def list_experiments(session: SessionDep, scope: CurrentTenant,
 
 
 @router.get("/{experiment_id}", response_model=service.ExperimentPublic)
-def get_experiment(experiment_id: DbId, session: SessionDep,
-                   scope: CurrentTenant) -> service.ExperimentPublic:
+def get_experiment(experiment_id: DbId, session: SessionDep, scope: CurrentTenant,
+                   client: RedisDep, keys: KeysDep) -> service.ExperimentPublic:
     """The experiment with each job's parameters, progress, objective value and,
-    for a job stopped early, why; plus the best job so far."""
+    for a job stopped early, why (for one still running, why the rule keeps it);
+    how many jobs were stopped and the slot-seconds that saved; the best job so far."""
     experiment = scope.get_owned(session, Experiment, experiment_id)
-    return service.to_public(experiment, service.experiment_jobs(session, experiment_id))
+    return service.to_public(experiment, service.experiment_jobs(session, experiment_id),
+                             service.rule_verdicts(client, keys, experiment_id))
 
 
 def _control(action: str, experiment_id: int, session: SessionDep, scope: CurrentTenant,
@@ -75,7 +77,8 @@ def _control(action: str, experiment_id: int, session: SessionDep, scope: Curren
         raise HTTPException(status.HTTP_409_CONFLICT,
                             service.nothing_to_do(action, experiment, jobs))
     _announce(client, keys, action, changed)
-    public = service.to_public(experiment, jobs)
+    public = service.to_public(experiment, jobs,
+                               service.rule_verdicts(client, keys, experiment_id))
     return service.ExperimentControlResult(**public.model_dump(), action=action,
                                            changed=sorted(changed))
 

@@ -87,6 +87,12 @@ class RedisKeys:
         """Hash job_id -> JSON {position, reason, predicted_gain} from the last round."""
         return f"{self.prefix}:waiting"
 
+    def experiment_verdicts(self, experiment_id: int) -> str:
+        """Hash with TTL: job_id -> why the experiment's early-stopping rule
+        keeps that job running, as of its last judgement (rewritten whole each
+        time; :mod:`backend.scheduler.experiment_stopping`)."""
+        return f"{self.prefix}:experiment:{experiment_id}:verdicts"
+
     def fit(self, job_id: int) -> str:
         """String with TTL: JSON of the scheduler's latest loss-curve fit for
         ``job_id`` ({job_id, from_iteration, points, family, fitted_at}); see

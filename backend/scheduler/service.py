@@ -57,6 +57,7 @@ from backend.scheduling.policies.slaq import SWEEP_WARMUP_SHARE, WARMUP_SHARE
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, make_policy
 from backend.scheduling.residency import SlotView, amortised, assign_slots
+from backend.scheduling.rungs import continuations, cut_at_rung
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,9 @@ class Scheduler:
         self._resident: dict[int, str] = {}
         self._free: list[SlotView] = []
         self._sent_to: dict[int, str] = {}
+        # Job id -> iterations of its last grant cut off at a rung of its
+        # experiment's rule, granted again once the rule has kept it.
+        self._owed: dict[int, int] = {}
 
     def stand_by(self) -> None:
         """Drop the in-memory state while another scheduler grants: events would
@@ -145,6 +149,7 @@ class Scheduler:
             self.state.close()
             self.state = JobState(self.redis, self.keys)
             self._backlog = []
+            self._owed = {}
 
     def policy(self, name: str, completion_guard: float | None = None) -> Policy:
         # One instance across rounds, so a policy may memoise its fits; a new
@@ -185,15 +190,19 @@ class Scheduler:
             reclaimed = self._reclaim_lost(session, live, claims, alive)
             for job_id in reclaimed:
                 self.state.mark_dirty(job_id)
-            # Experiments' early-stopping rules pause hopeless configurations
-            # before the policy ranks them.
-            for job_id in self.stopper.run(session):
-                self.state.mark_dirty(job_id)
             self.state.sync(session, live)
+            # Experiments' early-stopping rules judge every chunk committed up
+            # to now, so a hopeless configuration is paused before the policy
+            # could grant it again; the next sync reads the paused rows.
+            stopped = set(self.stopper.run(session))
+            for job_id in stopped:
+                self.state.mark_dirty(job_id)
             slots = len(alive)
             free = max(slots - len(live), 0)
             pools = self.pools.views(session, adverts, self._in_flight_by_pool(live))
             views, self._held_back = self._admitted(slots, live, tenants)
+            if stopped:
+                views = [view for view in views if view.job_id not in stopped]
             snapshot = Snapshot(now=time.time(), free_slots=free, total_slots=slots,
                                 chunk_seconds=self.chunk_seconds, jobs=views, tenants=tenants,
                                 default_chunk_iterations=self.default_chunk_iterations,
@@ -205,13 +214,24 @@ class Scheduler:
                 self._backlog = []
             dispatched: list[Grant] = []
             rejected: list[Rejected] = []
-            if free > 0 and self._backlog:
-                # Slots freed while the state synced: still the last ranking
-                # first, so they never wait for the policy.
-                dispatched, rejected = self._grant(session, snapshot, self._from_backlog(snapshot),
-                                                   name)
+            # Grants cut at a rung go on where the rule kept their job: the
+            # rest of a grant the policy made, not a new decision.
+            continuing = continuations(
+                self._owed, {job.job_id: job for job in snapshot.waiting()},
+                {j for j in self._owed if j not in self.state.rows or j in stopped},
+                snapshot.free_slots)
+            if continuing:
+                dispatched, rejected = self._grant(session, snapshot, continuing, name)
                 if dispatched:
                     snapshot = self._after(snapshot, dispatched)
+            if snapshot.free_slots > 0 and self._backlog:
+                # Slots freed while the state synced: still the last ranking
+                # first, so they never wait for the policy.
+                more, dropped = self._grant(session, snapshot, self._from_backlog(snapshot), name)
+                dispatched += more
+                rejected += dropped
+                if more:
+                    snapshot = self._after(snapshot, more)
             if snapshot.free_slots > 0:
                 # Ranked beyond the free slots: the top jobs may all need a pool
                 # with no free slot, and the next ones can use the slots there are.
@@ -271,7 +291,10 @@ class Scheduler:
         since is skipped), and quotas are this round's.
         """
         slots = len(adverts)
-        if not self._backlog or slots <= len(live) or \
+        # A slot whose job's grant was cut at a rung is kept for the rest of
+        # that grant until the rule has judged the job (after the sync).
+        owed = sum(1 for job_id in self._owed if job_id not in live)
+        if not self._backlog or slots <= len(live) + owed or \
                 (choice, tenants, self.state.arrivals) != self._backlog_basis or \
                 self.state.arrival_pending():
             return []
@@ -280,7 +303,7 @@ class Scheduler:
         candidates = [self.state.view(g.job_id, False) for g in self._backlog
                       if g.job_id in rows and g.job_id not in live
                       and rows[g.job_id].status == JobStatus.queued]
-        snapshot = Snapshot(now=time.time(), free_slots=slots - len(live), total_slots=slots,
+        snapshot = Snapshot(now=time.time(), free_slots=slots - len(live) - owed, total_slots=slots,
                             chunk_seconds=self.chunk_seconds, jobs=running + candidates,
                             tenants=tenants,
                             default_chunk_iterations=self.default_chunk_iterations,
@@ -385,14 +408,25 @@ class Scheduler:
                   for grant, pool in place(snapshot, ok)][:snapshot.free_slots]
         dispatched = []
         views = {job.job_id: job for job in snapshot.jobs}
-        for grant, slot in assign_slots(placed, self._free, self._resident):
+        # The slots holding jobs owed the rest of a grant wait for them.
+        granted = {grant.job_id for grant in placed}
+        free = [s for s in self._free
+                if s.resident_job not in self._owed or s.resident_job in granted]
+        for grant, slot in assign_slots(placed, free, self._resident):
             if grant.job_id in views:
-                grant = amortised(grant, views[grant.job_id], slot, self._resident)
+                job = views[grant.job_id]
+                # Stretched to amortise a move, then cut at the experiment's
+                # next rung: the stretch must not carry a job past a judgement.
+                grant = cut_at_rung(amortised(grant, job, slot, self._resident), job,
+                                    self.stopper.rule_for(session, job.experiment_id),
+                                    self._owed)
             if self._dispatch(session, grant, name, slot):
                 dispatched.append(grant)
                 if slot is not None:
                     self._free.remove(slot)
                     self._sent_to[grant.job_id] = slot.slot_id
+            else:
+                self._owed.pop(grant.job_id, None)
         return dispatched, rejected
 
     def _plan_slots(self, live: set[int], claims: dict[int, str],

@@ -11,6 +11,11 @@ Two rules, both deciding on the experiment's objective metric:
   a job at a rung must be in the best ``1/reduction`` of the configurations
   that reached that rung, or it stops.
 
+Each rule has **rungs**, the iterations it is sure to judge a job at (ASHA's
+own; for the predictive rule ``min_iterations * 2**i``): the scheduler ends an
+experiment job's grants there (:mod:`backend.scheduling.rungs`), so no chunk
+carries a hopeless job past the point where it would have been stopped.
+
 Everything is compared in "lower is better" form: a maximised objective
 (``val_accuracy``) is negated on the way in and back on the way out. A job
 that is currently the best is never stopped, whatever its prediction.
@@ -21,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from backend.scheduling.predictor import LossPredictor
 from backend.scheduling.types import JobView, LossPoint
@@ -42,6 +48,22 @@ class RuleConfig:
     reduction: int = 3
     metric: str = "loss"
     maximise: bool = False
+
+
+def rule_config(spec: dict[str, Any]) -> RuleConfig | None:
+    """The experiment's rule from its stored spec; ``None`` when it has none."""
+    early = spec.get("early_stopping") or {}
+    rule = str(early.get("rule") or "none")
+    if rule == "none":
+        return None
+    objective = spec.get("objective") or {}
+    metric = str(objective.get("metric") or "loss")
+    mode = objective.get("mode")
+    maximise = mode == "max" if mode in ("min", "max") else "accuracy" in metric
+    return RuleConfig(rule=rule, top_k=int(early.get("top_k", 3)),
+                      min_iterations=int(early.get("min_iterations", 100)),
+                      reduction=int(early.get("reduction", 3)), metric=metric,
+                      maximise=maximise)
 
 
 @dataclass(frozen=True)
@@ -68,13 +90,27 @@ class Stop:
     reason: str
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """What the rule made of an experiment's jobs: those it stops, and for
+    each other stoppable job why it keeps running, in the rule's own numbers."""
+
+    stops: list[Stop]
+    kept: dict[int, str]
+
+
 def decide(trials: Sequence[Trial], config: RuleConfig) -> list[Stop]:
     """The jobs ``config``'s rule stops now, with plain-words reasons."""
+    return judge(trials, config).stops
+
+
+def judge(trials: Sequence[Trial], config: RuleConfig) -> Judgement:
+    """:func:`decide`, with the reason each job it does not stop runs on."""
     if config.rule == "predictive":
         return _predictive(trials, config)
     if config.rule == "asha":
         return _asha(trials, config)
-    return []
+    return Judgement([], {})
 
 
 def _sign(config: RuleConfig) -> float:
@@ -119,33 +155,74 @@ def _bounds(trial: Trial, sign: float) -> tuple[float, float, float]:
     return mean, optimistic, max(low, high, current)
 
 
-def _predictive(trials: Sequence[Trial], config: RuleConfig) -> list[Stop]:
+def _predictive(trials: Sequence[Trial], config: RuleConfig) -> Judgement:
     sign = _sign(config)
     scored = {t.job_id: _bounds(t, sign) for t in trials if t.points}
-    protected = _protected(trials, sign)
+    best_ids = _protected(trials, sign)
+    protected = set(best_ids)
     # Also never the job predicted to finish best.
     if scored:
         protected.add(min(scored, key=lambda j: scored[j][0]))
     best_now = min((sign * t.points[-1][1] for t in trials if t.points), default=math.nan)
-    stops = []
+    need = "≥" if config.maximise else "≤"
+    stops, kept = [], {}
     for trial in trials:
-        if (not trial.stoppable or trial.final is None or trial.job_id in protected
-                or trial.iterations_done < config.min_iterations or not trial.points):
+        if not trial.stoppable:
             continue
-        others = sorted(b[2] for j, b in scored.items() if j != trial.job_id)
+        job_id = trial.job_id
+        if not trial.points or trial.iterations_done < config.min_iterations:
+            kept[job_id] = (f"not judged before iteration {config.min_iterations} "
+                            f"(at {trial.iterations_done})")
+            continue
+        if trial.final is None:
+            kept[job_id] = (f"too few {config.metric} values to predict its final one yet "
+                            f"({len(trial.points)} so far)")
+            continue
+        mean_u, low_u, high_u = trial.final
+        if job_id in protected:
+            which = "the best so far" if job_id in best_ids else "predicted to finish best"
+            kept[job_id] = (f"{which} (predicted final {config.metric} {_fmt(mean_u)}); the "
+                            "rule never stops the best")
+            continue
+        others = sorted(b[2] for j, b in scored.items() if j != job_id)
         if len(others) < config.top_k:
+            plural = "" if len(others) == 1 else "s"
+            kept[job_id] = (f"only {len(others)} other configuration{plural} to compare with; "
+                            f"the rule needs {config.top_k} for the top {config.top_k}")
             continue
         threshold = others[config.top_k - 1]
-        mean, optimistic, _ = scored[trial.job_id]
+        mean, optimistic, _ = scored[job_id]
         if optimistic > threshold:
-            mean_u, low_u, high_u = trial.final
             spread = abs(high_u - low_u) / 2
-            stops.append(Stop(trial.job_id, (
+            stops.append(Stop(job_id, (
                 f"stopped early: its predicted final {config.metric} {_fmt(mean_u)} ± "
                 f"{_fmt(spread)} cannot reach the top {config.top_k} (best "
                 f"{_fmt(sign * best_now)}; the top {config.top_k} end at "
                 f"{_fmt(sign * threshold)} or better)")))
-    return stops
+        else:
+            kept[job_id] = (f"predicted final {config.metric} {_fmt(mean_u)} (at best "
+                            f"{_fmt(sign * optimistic)}), needs {need} {_fmt(sign * threshold)} "
+                            f"to reach the top {config.top_k}")
+    return Judgement(stops, kept)
+
+
+PREDICTIVE_RUNG_FACTOR = 2
+"""The predictive rule's rungs double: it may judge at any commit, and these
+are the iterations where a grant must end so that it does judge."""
+
+
+def judged_at(config: RuleConfig, max_iterations: int) -> list[int]:
+    """The rule's rungs below ``max_iterations``: the iterations at which it
+    is sure to judge a job (none for ``"none"``)."""
+    if config.rule == "asha":
+        return [r for r in rungs(config, max_iterations) if r < max_iterations]
+    if config.rule != "predictive" or config.min_iterations <= 0:
+        return []
+    out, rung = [], config.min_iterations
+    while rung < max_iterations:
+        out.append(rung)
+        rung *= PREDICTIVE_RUNG_FACTOR
+    return out
 
 
 def rungs(config: RuleConfig, max_iterations: int) -> list[int]:
@@ -167,15 +244,23 @@ def _value_at(trial: Trial, rung: int) -> float | None:
     return found
 
 
-def _asha(trials: Sequence[Trial], config: RuleConfig) -> list[Stop]:
+def _asha(trials: Sequence[Trial], config: RuleConfig) -> Judgement:
     sign = _sign(config)
     protected = _protected(trials, sign)
-    stops = []
+    stops, kept = [], {}
     for trial in trials:
-        if not trial.stoppable or trial.job_id in protected or not trial.points:
+        if not trial.stoppable:
             continue
-        reached = [r for r in rungs(config, trial.max_iterations) if trial.iterations_done >= r]
-        if not reached:
+        ladder = rungs(config, trial.max_iterations)
+        reached = [r for r in ladder if trial.iterations_done >= r]
+        ahead = [r for r in ladder if trial.iterations_done < r]
+        then = f"; next judged at iteration {ahead[0]}" if ahead else ""
+        if trial.job_id in protected:
+            kept[trial.job_id] = "the best so far; the rule never stops the best"
+            continue
+        if not trial.points or not reached:
+            kept[trial.job_id] = (f"first judged at iteration {ladder[0]}" if ladder
+                                  else "never judged: its budget ends before the first rung")
             continue
         rung = reached[-1]
         at_rung = {}
@@ -187,18 +272,24 @@ def _asha(trials: Sequence[Trial], config: RuleConfig) -> list[Stop]:
                     at_rung[other.job_id] = sign * value
         mine = at_rung.get(trial.job_id)
         if mine is None or len(at_rung) < config.reduction:
+            kept[trial.job_id] = (f"waiting for {config.reduction} configurations to reach "
+                                  f"iteration {rung} ({len(at_rung)} so far)")
             continue
         keep = max(1, len(at_rung) // config.reduction)
         ranked = sorted(at_rung.values())
         cutoff = ranked[keep - 1]
+        place = 1 + sum(1 for v in ranked if v < mine)
         if mine > cutoff:
-            place = 1 + sum(1 for v in ranked if v < mine)
             stops.append(Stop(trial.job_id, (
                 f"stopped early (ASHA): its {config.metric} {_fmt(sign * mine)} at iteration "
                 f"{rung} is not in the top 1/{config.reduction} of the {len(at_rung)} "
                 f"configurations that reached it (place {place}; the best {keep} are at "
                 f"{_fmt(sign * cutoff)} or better)")))
-    return stops
+        else:
+            kept[trial.job_id] = (f"its {config.metric} {_fmt(sign * mine)} at iteration {rung} "
+                                  f"is in the top 1/{config.reduction} of the {len(at_rung)} "
+                                  f"that reached it (place {place}){then}")
+    return Judgement(stops, kept)
 
 
 def predict_final(predictor: LossPredictor, *, job_id: int, points: Sequence[tuple[int, float]],

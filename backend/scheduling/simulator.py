@@ -56,6 +56,7 @@ from backend.scheduling.placement import eligible_pools, place, refusal
 from backend.scheduling.policies.oracle import TrueCurve
 from backend.scheduling.registry import SIMULATION_ONLY, make_policy
 from backend.scheduling.residency import SWITCH_SHARE, SlotView, amortised, assign_slots
+from backend.scheduling.rungs import continuations
 from backend.scheduling.speed import SpeedEstimates
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import (
@@ -290,6 +291,7 @@ def simulate(
     policy: Policy, trace: Trace, arrivals: Sequence[Arrival], config: SimConfig,
     stopper: Stopper | None = None, *, requirements: Mapping[int, Requirements] | None = None,
     progress: Callable[[int], None] | None = None,
+    rungs: Callable[[Grant, JobView], Grant] | None = None,
 ) -> SimResult:
     """Run ``arrivals`` to completion under ``policy``; deterministic for given
     inputs unless decision time is charged by the wall clock.
@@ -297,7 +299,9 @@ def simulate(
     ``requirements``: per job id (arrival index), what the job needs of a
     pool; only meaningful with ``config.pools``. ``progress``: called with
     the number of jobs finished so far each time it grows (a long replay's
-    progress).
+    progress). ``rungs``: cuts each grant after every other sizing, as the
+    live scheduler cuts an experiment's grants at its rule's rungs
+    (:func:`backend.scheduling.rungs.at_rung`).
     """
     needs = requirements or {}
     jobs = [SimJob(a.index, trace.curve(a.curve_id), a.tenant_id, a.time, waiting_since=a.time,
@@ -348,6 +352,7 @@ def simulate(
     ready_at = -math.inf  # the end of the last decision: the next cannot start before
     seq = len(jobs)
     finished = 0
+    owed: dict[int, int] = {}  # job id -> iterations of its grant cut off at a rung
     while events:
         now = max(events[0][0], ready_at)
         ended: list[SimJob] = []
@@ -405,9 +410,17 @@ def simulate(
             for job_id in fresh.get(job_kind, ()):
                 views[job_id] = jobs[job_id].view(speeds.get(job_kind))
         moved.clear()
+        # A grant cut at a rung goes on past it once the rule has kept the
+        # job, ahead of the policy, as live (backend.scheduling.rungs).
+        continuing = continuations(
+            owed, {j: views[j] for j in owed if j in active and not active[j].running},
+            {j for j in owed if j not in active or active[j].stopped}, free)
+        carried = {g.job_id for g in continuing}
         snapshot = Snapshot(
-            now=now, free_slots=free, total_slots=config.slots,
-            chunk_seconds=config.chunk_seconds, jobs=list(views.values()),
+            now=now, free_slots=free - len(continuing), total_slots=config.slots,
+            chunk_seconds=config.chunk_seconds,
+            jobs=[replace(v, running=True) if v.job_id in carried else v
+                  for v in views.values()],
             tenants=config.tenants, default_chunk_iterations=config.default_chunk_iterations,
             pools=[pools[name].view(count) for name, count in pool_free.items()],
             resident=frozenset(j for j in (s.view.resident_job for s in slots if not s.busy)
@@ -427,6 +440,7 @@ def simulate(
                 raise AssertionError(f"{policy.name} broke the hard limits: "
                                      + "; ".join(reason for _, reason in rejected))
             placed = [(grant, None) for grant in accepted]
+        placed = [(g, active[g.job_id].chunk_pools[-1] or None) for g in continuing] + placed
         result.decision_seconds += took
         result.decision_times.append(took)
         result.decisions += 1
@@ -436,6 +450,11 @@ def simulate(
             result.charged_seconds += cost
             begin = ready_at = now + cost
         for grant, pool_name, slot in _on_slots(slots, placed, views, config.switch_share):
+            if rungs is not None:
+                cut = rungs(grant, views[grant.job_id])
+                if cut.iterations < grant.iterations:
+                    owed[grant.job_id] = grant.iterations - cut.iterations
+                grant = cut
             job = active[grant.job_id]
             speed = 1.0
             if pool_name is not None:

@@ -4,14 +4,18 @@ controlled as a whole (the same transition rules as single jobs)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import redis
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlmodel import Session, col
 
 from backend.core.models import FINISHED, Experiment, Job, JobStatus, Tenant, User, as_utc
+from backend.core.redis_keys import RedisKeys
+from backend.scheduling.early_stopping import judged_at, rule_config
 from backend.services import jobs as job_service
 from backend.services.experiment_specs import ExperimentCreate, job_specs
 from backend.services.specs import SpecError, SpecErrors
@@ -32,6 +36,18 @@ class ExperimentJob(BaseModel):
     objective_value: float | None = Field(description="The objective metric's latest value")
     end_reason: str | None
     stopped_early: bool
+    why_running: str | None = Field(
+        default=None, description="For a queued or running job its early-stopping rule "
+        "judges: why the rule keeps it, in the rule's own numbers, as of its last judgement "
+        "(e.g. \"predicted final val_loss 0.41 (at best 0.3), needs ≤ 0.35 to reach the top "
+        "2\"); null before the rule first judged it, or without a rule")
+    saved_slot_seconds: float | None = Field(
+        default=None, description="For a job stopped early: its iterations left times its "
+        "measured seconds per iteration (training seconds over iterations done)")
+
+
+SAVED_ESTIMATE = ("each stopped run's iterations left (max_iterations - iterations_done) × "
+                  "its measured seconds per iteration (training seconds / iterations done)")
 
 
 class Configuration(BaseModel):
@@ -53,6 +69,12 @@ class ExperimentPublic(BaseModel):
     jobs: list[ExperimentJob]
     counts: dict[str, int] = Field(description="Jobs by status")
     stopped_early: int = Field(description="Jobs its early-stopping rule stopped")
+    saved_slot_seconds: float = Field(description="Slot-seconds the stopped jobs did not use, "
+                                      "estimated as " + SAVED_ESTIMATE)
+    saved_estimate: str = Field(description="How saved_slot_seconds is estimated, in words")
+    rungs: list[int] = Field(description="The iterations at which the early-stopping rule "
+                             "is sure to judge a job (its grants end there), for the jobs' "
+                             "max_iterations; empty without a rule")
     best_job_id: int | None
     best_value: float | None
     objective: dict[str, Any]
@@ -128,23 +150,56 @@ def _counts(jobs: list[Job]) -> dict[str, int]:
     return counts
 
 
-def to_public(experiment: Experiment, jobs: list[Job]) -> ExperimentPublic:
+def rule_verdicts(client: redis.Redis, keys: RedisKeys, experiment_id: int) -> dict[int, str]:
+    """Why the experiment's rule keeps each job running, as the scheduler last
+    published it; empty when Redis has none (not judged yet, or wiped)."""
+    try:
+        raw = client.hgetall(keys.experiment_verdicts(experiment_id))
+    except redis.RedisError:
+        return {}
+    out = {}
+    for key, value in raw.items():
+        text = key.decode() if isinstance(key, bytes) else str(key)
+        if text.isdigit():
+            out[int(text)] = value.decode() if isinstance(value, bytes) else str(value)
+    return out
+
+
+def saved_slot_seconds(job: Job) -> float | None:
+    """A stopped job's iterations left times its measured seconds per iteration."""
+    if not job.stopped_early or job.iterations_done <= 0:
+        return None
+    left = max(job.max_iterations - job.iterations_done, 0)
+    return left * job.attained_seconds / job.iterations_done
+
+
+def to_public(experiment: Experiment, jobs: list[Job],
+              verdicts: Mapping[int, str] | None = None) -> ExperimentPublic:
+    """The experiment as the API shows it; ``verdicts`` (from :func:`rule_verdicts`)
+    say why its rule keeps each queued or running job."""
     spec = experiment.spec or {}
     objective = spec.get("objective") or {"metric": "loss", "mode": "min"}
     metric = str(objective.get("metric", "loss"))
     maximise = objective.get("mode") == "max"
     space = spec.get("space") or {}
+    verdicts = verdicts or {}
     rows = [ExperimentJob(
         id=job.id or 0, name=job.name, status=job.status, params=job.params,
         iterations_done=job.iterations_done, max_iterations=job.max_iterations,
         current_loss=job.current_loss, best_loss=job.best_loss,
         last_eval=job_service.last_eval_metrics(job),
         objective_value=objective_value(job, metric), end_reason=job.end_reason,
-        stopped_early=job.stopped_early) for job in jobs]
+        stopped_early=job.stopped_early,
+        why_running=(verdicts.get(job.id or 0) if job.status in (JobStatus.queued,
+                                                                  JobStatus.running)
+                     and not job.stopped_early else None),
+        saved_slot_seconds=saved_slot_seconds(job)) for job in jobs]
     scored = [r for r in rows if r.objective_value is not None]
     best = (max if maximise else min)(scored, key=lambda r: r.objective_value or 0.0,
                                       default=None)
     counts = _counts(jobs)
+    config = rule_config(spec)
+    budget = max((job.max_iterations for job in jobs), default=0)
     return ExperimentPublic(
         id=experiment.id or 0, tenant_id=experiment.tenant_id, name=experiment.name,
         status=_status(counts), created_at=as_utc(experiment.created_at),
@@ -153,6 +208,9 @@ def to_public(experiment: Experiment, jobs: list[Job]) -> ExperimentPublic:
         configurations=[Configuration(job_id=r.id, params={k: r.params.get(k) for k in space})
                         for r in rows],
         jobs=rows, counts=counts, stopped_early=sum(1 for r in rows if r.stopped_early),
+        saved_slot_seconds=round(sum(r.saved_slot_seconds or 0.0 for r in rows), 3),
+        saved_estimate=SAVED_ESTIMATE,
+        rungs=[] if config is None else judged_at(config, budget),
         best_job_id=best.id if best else None,
         best_value=best.objective_value if best else None,
         objective=objective, space=space, sampler=spec.get("sampler") or {},

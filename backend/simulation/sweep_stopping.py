@@ -14,7 +14,9 @@ from collections.abc import Collection, Mapping, Sequence
 from backend.scheduling.early_stopping import RuleConfig, Trial, decide, predict_final
 from backend.scheduling.experiment_focus import Standing, standings
 from backend.scheduling.predictor import LossPredictor
+from backend.scheduling.rungs import at_rung
 from backend.scheduling.simulator import SimJob
+from backend.scheduling.types import Grant, JobView
 
 POINT_EVERY = 10
 """On the training loss the rule sees every 10th loss (and the last): what an
@@ -62,6 +64,11 @@ class SweepStopper:
                  if s.job_id in active and not active[s.job_id].stopped]
         self.stopped += stops
         return stops
+
+    def at_rung(self, grant: Grant, job: JobView) -> Grant:
+        """``rungs`` for :func:`simulate`: the experiment's grants end at
+        the rule's rungs, as live; other jobs' grants are kept."""
+        return at_rung(grant, job, self.config) if job.job_id in self.job_ids else grant
 
     def standings(self) -> dict[int, Standing]:
         """The experiment's jobs' standings for :func:`focus`, as the live

@@ -150,7 +150,8 @@ def run(case: Case, label: str, policy_name: str, rule: str) -> dict[str, float]
     policy = build_policy(policy_name, trace, arrivals)
     if stopper is not None:
         policy = Focused(policy, stopper.standings)  # it acts for predictive rules only
-    result = simulate(policy, trace, arrivals, SimConfig(slots=case.slots), stopper=stopper)
+    result = simulate(policy, trace, arrivals, SimConfig(slots=case.slots), stopper=stopper,
+                      rungs=None if stopper is None else stopper.at_rung)
     experiment, others = result.jobs[:n], result.jobs[n:]
     best_id, target = best_final(sweep, case.objective)
     bg = figures(SimResult(label, others, 0, 0.0, 0))

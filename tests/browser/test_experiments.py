@@ -272,6 +272,65 @@ def test_experiment_page_marks_early_stopped_runs_with_their_reason(
         assert api.post(f"/api/v1/experiments/{exp['id']}/cancel").status_code == 200
 
 
+KEPT = re.compile(r"^predicted final loss \S+ \(at best \S+\), needs ≤ \S+ to reach the top 3$")
+OPEN_IDS = ("() => Array.from(document.querySelectorAll('#why-running li'))"
+            ".map((l) => +l.dataset.job)")
+
+
+def test_experiment_page_says_what_the_rule_stopped_saved_and_why_the_rest_run(
+        page: Page, accounts: Callable[..., Account], browser_portal: Portal) -> None:
+    user = accounts("why@why-team.test", tenant="why-team")
+    with api_client(browser_portal, user) as api:
+        if not experiments_api(api):
+            pytest.skip("the experiments API is not in this portal yet")
+        # Top 3 of 5: the rule never stops the (up to three) best, so of the
+        # four good rates at least one is judged against what the top 3 need.
+        exp = create_experiment(
+            api, name="why-sweep",
+            space={"learning_rate": {"type": "choice", "values": [1e-5, 0.05, 0.1, 0.3, 0.5]}},
+            early_stopping={"rule": "predictive", "top_k": 3, "min_iterations": 30})
+        sign_in(page, user, f"/experiments/{exp['id']}")
+
+        seen: list[Any] = []
+
+        def stopped_and_explained() -> dict[str, Any] | None:
+            got: dict[str, Any] = api.get(f"/api/v1/experiments/{exp['id']}").json()
+            seen[:] = [(j["status"], j["iterations_done"], j["why_running"], j["end_reason"])
+                       for j in got["jobs"]]
+            kept = [j for j in got["jobs"] if KEPT.match(j["why_running"] or "")]
+            return got if got["stopped_early"] >= 1 and kept else None
+
+        try:
+            got = wait_until(stopped_and_explained, 180, "a stop, and a run kept by the numbers")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; the runs: {seen}") from exc
+        expect(page.get_by_test_id("stopped-summary")).to_have_text(
+            re.compile(r"^Stopped early: \d+ runs?, saving about .+ of slot time "), timeout=15_000)
+        expect(page.get_by_test_id("saved-estimate")).to_have_text(
+            f"(estimated: {got['saved_estimate']})")
+        assert got["saved_slot_seconds"] > 0
+        expect(page.get_by_test_id("rungs")).to_contain_text(
+            "grants end at iterations 30, 60, 120, 240")
+
+        def page_lists_the_open_runs() -> bool:
+            now = api.get(f"/api/v1/experiments/{exp['id']}").json()["jobs"]
+            open_ids = sorted(j["id"] for j in now if not j["stopped_early"]
+                              and j["status"] in ("queued", "running"))
+            return bool(open_ids) and sorted(page.evaluate(OPEN_IDS)) == open_ids
+
+        wait_until(page_lists_the_open_runs, 30, "one line per running configuration")
+        stopped = next(j for j in got["jobs"] if j["stopped_early"])
+        expect(page.locator(f"#why-running li[data-job='{stopped['id']}']")).to_have_count(0)
+        # At least one line in the rule's numbers, as the API gives it.
+        expect(page.locator("#why-running .why-running").filter(has_text=KEPT).first) \
+            .to_be_visible(timeout=15_000)
+        expect(page.locator("#why-running li").first).to_contain_text("learning_rate=")
+        screenshot(page, "experiment-why-running")
+        assert api.post(f"/api/v1/experiments/{exp['id']}/cancel").status_code == 200
+        # Cancelled: no run is kept by the rule any more, and the list goes.
+        expect(page.locator("#why-running")).to_have_count(0, timeout=15_000)
+
+
 def test_sweep_form_counts_configurations_and_submits_them(
         page: Page, accounts: Callable[..., Account], browser_portal: Portal) -> None:
     user = accounts("sweeper@sweep-team.test", tenant="sweep-team")

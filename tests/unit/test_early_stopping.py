@@ -11,6 +11,7 @@ from backend.scheduling.early_stopping import (
     RuleConfig,
     Trial,
     decide,
+    judge,
     predict_final,
     rungs,
 )
@@ -196,3 +197,47 @@ def test_a_rivals_promise_below_where_it_stands_stops_nobody() -> None:
     ]
     # Job 3 would have to beat -0.2 by its rivals' fits; by where they stand, 1.8.
     assert decide(trials, PREDICTIVE) == []
+
+
+def test_the_judgement_says_why_each_job_it_keeps_runs_on() -> None:
+    trials = [
+        _trial(1, _curve(0.02, 0.20, 300), (0.21, 0.19, 0.23)),
+        _trial(2, _curve(0.02, 0.25, 300), (0.26, 0.24, 0.28)),
+        # Optimistic 0.27 minus the margin for the 70% of its budget left.
+        _trial(3, _curve(0.01, 0.3, 300), (0.31, 0.27, 0.35)),
+        _trial(4, _curve(0.0001, 2.0, 300), (2.2, 2.1, 2.3)),
+        _trial(5, _curve(0.02, 0.3, 50), (0.4, 0.3, 0.5)),
+        _trial(6, _curve(0.02, 0.3, 300), None),
+        _trial(7, _curve(0.02, 0.1, 1000), None, stoppable=False),
+    ]
+    verdict = judge(trials, PREDICTIVE)
+    assert [s.job_id for s in verdict.stops] == [4]
+    # Job 3's threshold: the 2nd best pessimistic bound of the others, job 2's
+    # 0.28 (job 7 ended at its latest value, about 0.1; job 1's is 0.23).
+    optimistic = 0.27 - 0.3 * 0.7 * 0.27
+    assert verdict.kept[3] == (f"predicted final val_loss 0.31 (at best {optimistic:.3g}), "
+                               "needs ≤ 0.23 to reach the top 2")
+    assert verdict.kept[5] == "not judged before iteration 100 (at 50)"
+    assert verdict.kept[6] == "too few val_loss values to predict its final one yet (30 so far)"
+    # Job 7 ended best, so job 1 is judged like the others (job 7's 0.1, job 2's 0.28).
+    assert verdict.kept[1].startswith("predicted final val_loss 0.21 (at best ")
+    assert verdict.kept[1].endswith("needs ≤ 0.28 to reach the top 2")
+    assert 7 not in verdict.kept and 4 not in verdict.kept  # ended; stopped
+    alone = judge(trials[:2], PREDICTIVE)
+    assert alone.kept[1] == ("the best so far (predicted final val_loss 0.21); the rule never "
+                             "stops the best")
+    assert alone.kept[2] == ("only 1 other configuration to compare with; the rule needs 2 for "
+                             "the top 2")
+
+
+def test_asha_says_where_a_kept_job_stands_and_when_it_is_judged_next() -> None:
+    config = RuleConfig(rule="asha", min_iterations=100, reduction=2, metric="loss")
+    trials = [
+        _trial(1, _curve(0.02, 0.20, 100), None),
+        _trial(2, _curve(0.02, 0.25, 100), None),
+        _trial(3, _curve(0.02, 0.25, 50), None),
+    ]
+    verdict = judge(trials, config)
+    assert [s.job_id for s in verdict.stops] == [2]
+    assert verdict.kept[1] == "the best so far; the rule never stops the best"
+    assert verdict.kept[3] == "first judged at iteration 100"

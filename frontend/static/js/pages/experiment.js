@@ -5,7 +5,7 @@
 
 import { api, ApiError } from "../api.js";
 import { createCompare } from "../compare.js";
-import { $, clear, formatNumber, formatValue, h, notice, TERMINAL } from "../dom.js";
+import { $, clear, formatDuration, formatNumber, formatValue, h, notice, TERMINAL } from "../dom.js";
 import { startPage } from "../layout.js";
 import { showState } from "../live.js";
 import { loadUploads } from "../uploads.js";
@@ -73,6 +73,49 @@ function renderSummary(exp) {
   );
 }
 
+/**
+ * What the early-stopping rule did and why the others run on: runs stopped,
+ * the slot-seconds that saved (and how that is estimated), the iterations it
+ * judges at, and for each queued or running configuration the rule's own
+ * reason for keeping it. Empty for an experiment without a rule.
+ */
+function renderStopping(exp) {
+  const rule = (exp.early_stopping || {}).rule || "none";
+  if (rule === "none") return h("section", { id: "experiment-stopping", hidden: true });
+  const stopped = exp.stopped_early || 0;
+  const runs = stopped === 1 ? "1 run" : `${formatNumber(stopped)} runs`;
+  const saved = stopped
+    ? [`, saving about ${formatDuration(exp.saved_slot_seconds || 0)} of slot time `,
+        h("span", { class: "muted small", "data-testid": "saved-estimate" }, `(estimated: ${exp.saved_estimate})`)]
+    : "";
+  const open = (exp.jobs || []).filter((j) => (j.status === "running" || j.status === "queued") && !j.stopped_early);
+  const items = open.map((j) =>
+    h(
+      "li",
+      { "data-job": String(j.id) },
+      h("a", { href: `/jobs/${j.id}` }, `#${j.id}`),
+      ` ${paramsText(exp, j)}: `,
+      h("span", { class: "why-running" }, j.why_running || "not judged yet"),
+    ),
+  );
+  return h(
+    "section",
+    { id: "experiment-stopping", "aria-label": "Early stopping" },
+    h("p", { "data-testid": "stopped-summary" }, `Stopped early: ${runs}`, saved, "."),
+    exp.rungs && exp.rungs.length
+      ? h("p", { class: "small", "data-testid": "rungs" }, `Judged at every commit; each run's grants end at iterations ${exp.rungs.map(formatNumber).join(", ")}.`)
+      : null,
+    open.length
+      ? [h("h3", {}, "Why each running configuration runs on"), h("ul", { class: "small", id: "why-running" }, items)]
+      : null,
+  );
+}
+
+function paramsText(exp, job) {
+  const value = (v) => (typeof v === "number" ? formatValue(v) : String(v));
+  return Object.keys(exp.space || {}).map((k) => `${k}=${value((job.params || {})[k])}`).join(", ");
+}
+
 function spaceText(s) {
   if (!s || typeof s !== "object") return String(s);
   if (s.type === "choice") return `one of ${(s.values || []).map(String).join(", ")}`;
@@ -116,6 +159,7 @@ function renderHead(exp) {
   clear($("#experiment-status"), exp.status ? h("span", { class: `badge status-${exp.status}` }, exp.status) : null);
   $("#experiment-counts").replaceWith(renderCounts(exp));
   $("#experiment-summary").replaceWith(renderSummary(exp));
+  $("#experiment-stopping").replaceWith(renderStopping(exp));
   const focused = document.activeElement && document.activeElement.id;
   $("#experiment-actions").replaceWith(renderActions(exp));
   if (focused && focused.startsWith("exp-")) document.getElementById(focused)?.focus();
@@ -161,6 +205,7 @@ function skeleton(root) {
       { class: "panel" },
       h("dl", { id: "experiment-counts" }),
       h("dl", { id: "experiment-summary" }),
+      h("section", { id: "experiment-stopping", hidden: true }),
       h("div", { id: "experiment-actions" }),
     ),
     h("div", { id: "experiment-compare" }),

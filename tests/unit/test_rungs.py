@@ -1,0 +1,94 @@
+"""Grants of an experiment's jobs end at its rule's rungs, on literal inputs:
+a new configuration's first grant ends at the first rung, a stretch to
+amortise a move never carries a job past a rung, and what a cut takes off is
+granted again once the rule has kept the job."""
+
+from __future__ import annotations
+
+from backend.scheduling.early_stopping import RuleConfig, judged_at
+from backend.scheduling.residency import SlotView, amortised
+from backend.scheduling.rungs import at_rung, continuations, cut_at_rung, next_rung
+from backend.scheduling.types import Grant, JobView, LossPoint
+
+PREDICTIVE = RuleConfig(rule="predictive", min_iterations=100)
+ASHA = RuleConfig(rule="asha", min_iterations=30, reduction=3)
+
+
+def job(job_id: int = 1, done: int = 0, most: int = 600, switch_seconds: float = 0.0,
+        spi: float = 0.01) -> JobView:
+    losses = [LossPoint(i, 1.0 / i, spi) for i in range(1, done + 1)]
+    return JobView(job_id=job_id, tenant_id=1, submitted_at=0.0, iterations_done=done,
+                   max_iterations=most, losses=losses, experiment_id=7,
+                   switch_seconds=switch_seconds)
+
+
+def grant(iterations: int, job_id: int = 1) -> Grant:
+    return Grant(job_id=job_id, iterations=iterations, reason="rank 1: new job, assumed gain 1")
+
+
+def test_the_rules_rungs_lie_inside_the_budget() -> None:
+    assert judged_at(PREDICTIVE, 600) == [100, 200, 400]
+    assert judged_at(PREDICTIVE, 400) == [100, 200]  # the end is no rung: the job ends there
+    assert judged_at(ASHA, 1000) == [30, 90, 270, 810]
+    assert judged_at(RuleConfig(rule="none"), 600) == []
+    assert next_rung(PREDICTIVE, 0, 600) == 100
+    assert next_rung(PREDICTIVE, 100, 600) == 200
+    assert next_rung(PREDICTIVE, 150, 600) == 200
+    assert next_rung(PREDICTIVE, 400, 600) is None
+    assert next_rung(None, 0, 600) is None
+
+
+def test_a_new_configurations_first_grant_ends_at_the_first_rung() -> None:
+    # The issue's case: a fast new job sized to run all 600 iterations at once.
+    cut = at_rung(grant(600), job(done=0), PREDICTIVE)
+    assert cut.iterations == 100
+    assert cut.reason == ("rank 1: new job, assumed gain 1; ends at iteration 100, where its "
+                          "experiment's early-stopping rule judges it")
+
+
+def test_grants_end_at_the_next_rung_and_short_ones_are_kept() -> None:
+    assert at_rung(grant(600), job(done=100), PREDICTIVE).iterations == 100
+    assert at_rung(grant(600), job(done=150), PREDICTIVE).iterations == 50
+    assert at_rung(grant(30), job(done=150), PREDICTIVE) == grant(30)
+    assert at_rung(grant(50), job(done=150), PREDICTIVE) == grant(50)  # ends on the rung
+    assert at_rung(grant(600), job(done=400), PREDICTIVE) == grant(600)  # no rung left
+    assert at_rung(grant(600), job(done=0), None) == grant(600)  # no rule
+    assert at_rung(grant(100), job(done=20), ASHA).iterations == 10
+
+
+def test_a_stretch_to_amortise_a_move_does_not_skip_a_rung() -> None:
+    # 0.01 s an iteration, a 1.5 s move: amortised wants 2,850 iterations.
+    moving = job(done=120, most=5000, switch_seconds=1.5)
+    slot = SlotView("b", "cpu", "q.b")
+    stretched = amortised(grant(50), moving, slot, {1: "a"})
+    assert stretched.iterations == 2850
+    assert at_rung(stretched, moving, PREDICTIVE).iterations == 80  # to 200, not 2,970
+
+
+def test_what_a_cut_takes_off_is_owed_and_granted_once_the_job_waits() -> None:
+    owed: dict[int, int] = {}
+    assert cut_at_rung(grant(600, job_id=4), job(4, done=0), PREDICTIVE, owed).iterations == 100
+    assert cut_at_rung(grant(300, job_id=7), job(7, done=150), PREDICTIVE, owed).iterations == 50
+    assert cut_at_rung(grant(20, job_id=9), job(9, done=0), PREDICTIVE, owed).iterations == 20
+    assert owed == {4: 500, 7: 250}
+    # Job 4's chunk ended at its rung and the rule kept it; job 7 still runs.
+    again = continuations(owed, {4: job(4, done=100)}, set(), free_slots=2)
+    assert [(g.job_id, g.iterations) for g in again] == [(4, 500)]
+    assert again[0].reason == ("continues its grant past iteration 100, where its experiment's "
+                               "early-stopping rule judged it and kept it")
+    assert owed == {7: 250}
+    # The continuation is cut at the next rung in turn, and owes the rest.
+    assert cut_at_rung(again[0], job(4, done=100), PREDICTIVE, owed).iterations == 100
+    assert owed == {7: 250, 4: 400}
+
+
+def test_a_stopped_job_is_owed_nothing_and_free_slots_bound_the_continuations() -> None:
+    owed = {4: 500, 5: 300, 6: 100}
+    waiting = {4: job(4, done=100), 5: job(5, done=100), 6: job(6, done=590)}
+    again = continuations(owed, waiting, gone={5}, free_slots=1)
+    assert [(g.job_id, g.iterations) for g in again] == [(4, 500)]
+    assert owed == {6: 100}
+    # Never more than the job has left.
+    assert [(g.job_id, g.iterations) for g in continuations(owed, waiting, set(), 1)] == \
+        [(6, 10)]
+    assert owed == {}
