@@ -57,7 +57,7 @@ from backend.scheduling.policies.slaq import SWEEP_WARMUP_SHARE, WARMUP_SHARE
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, make_policy
 from backend.scheduling.residency import SlotView, amortised, assign_slots
-from backend.scheduling.rungs import continuations, cut_at_rung
+from backend.scheduling.rungs import Owed, continuations, cut_at_rung
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class Scheduler:
         self._sent_to: dict[int, str] = {}
         # Job id -> iterations of its last grant cut off at a rung of its
         # experiment's rule, granted again once the rule has kept it.
-        self._owed: dict[int, int] = {}
+        self._owed: dict[int, Owed] = {}
 
     def stand_by(self) -> None:
         """Drop the in-memory state while another scheduler grants: events would
@@ -219,7 +219,7 @@ class Scheduler:
             continuing = continuations(
                 self._owed, {job.job_id: job for job in snapshot.waiting()},
                 {j for j in self._owed if j not in self.state.rows or j in stopped},
-                snapshot.free_slots)
+                snapshot.free_slots, snapshot.now)
             if continuing:
                 dispatched, rejected = self._grant(session, snapshot, continuing, name)
                 if dispatched:
@@ -419,7 +419,7 @@ class Scheduler:
                 # next rung: the stretch must not carry a job past a judgement.
                 grant = cut_at_rung(amortised(grant, job, slot, self._resident), job,
                                     self.stopper.rule_for(session, job.experiment_id),
-                                    self._owed)
+                                    self._owed, snapshot.now, self.chunk_seconds)
             if self._dispatch(session, grant, name, slot):
                 dispatched.append(grant)
                 if slot is not None:

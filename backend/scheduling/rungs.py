@@ -26,7 +26,7 @@ left before its end).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from backend.scheduling.early_stopping import RuleConfig, judged_at
 from backend.scheduling.types import Grant, JobView
@@ -50,37 +50,69 @@ def at_rung(grant: Grant, job: JobView, config: RuleConfig | None) -> Grant:
                           "early-stopping rule judges it")
 
 
-def cut_at_rung(grant: Grant, job: JobView, config: RuleConfig | None,
-                owed: dict[int, int]) -> Grant:
-    """:func:`at_rung`, noting in ``owed`` (job id -> iterations) what the cut
-    took off the grant, for :func:`continuations`."""
-    cut = at_rung(grant, job, config)
-    if cut.iterations < grant.iterations:
-        owed[job.job_id] = grant.iterations - cut.iterations
-    else:
+@dataclass(frozen=True)
+class Owed:
+    """What a cut at a rung took off a job's grant, owed until ``until``."""
+
+    iterations: int
+    until: float
+    """The end of the grant's time slice: a grant cut at every rung must not
+    hold its slot for a dozen chunks' overheads (a fast job's grant can be
+    tens of thousands of iterations), so what is left then goes back to the
+    ranking."""
+
+
+def note_cut(owed: dict[int, Owed], grant: Grant, cut: Grant, job: JobView, now: float,
+             slice_seconds: float) -> None:
+    """Record in ``owed`` what cutting ``grant`` to ``cut`` took off. A cut
+    continuation keeps the deadline of the grant it continues; a new grant's
+    slice is the chunk length, or the grant's own length where it is longer
+    (a move stretched to amortise its switch)."""
+    left = grant.iterations - cut.iterations
+    if left <= 0:
         owed.pop(job.job_id, None)
+        return
+    before = owed.get(job.job_id)
+    if before is not None:
+        until = before.until
+    else:
+        spi = job.seconds_per_iteration or job.estimated_seconds_per_iteration or 0.0
+        until = now + max(slice_seconds, grant.iterations * spi)
+    owed[job.job_id] = Owed(left, until)
+
+
+def cut_at_rung(grant: Grant, job: JobView, config: RuleConfig | None, owed: dict[int, Owed],
+                now: float, slice_seconds: float) -> Grant:
+    """:func:`at_rung`, noting in ``owed`` what the cut took off the grant
+    (:func:`note_cut`), for :func:`continuations`."""
+    cut = at_rung(grant, job, config)
+    note_cut(owed, grant, cut, job, now, slice_seconds)
     return cut
 
 
-def continuations(owed: dict[int, int], waiting: Mapping[int, JobView], gone: set[int],
-                  free_slots: int) -> list[Grant]:
+def continuations(owed: dict[int, Owed], waiting: Mapping[int, JobView], gone: set[int],
+                  free_slots: int, now: float) -> list[Grant]:
     """Grants of what ``owed`` holds for jobs waiting now (their chunk ended at
     a rung and the rule kept them), at most ``free_slots``, in the order cut.
 
-    Entries of ``gone`` jobs (stopped, paused, finished) are dropped; those of
-    jobs still running stay until their chunk ends. Worked example: owed
-    ``{4: 500, 7: 200}``, job 4 waiting, job 7 running: one grant of 500
-    iterations to job 4, and ``owed`` keeps ``{7: 200}``."""
+    Entries of ``gone`` jobs (stopped, paused, finished) and entries whose
+    slice has ended are dropped; the others stay until the grant made of
+    them is cut again (:func:`note_cut`) or runs to its end. Worked example:
+    owed ``{4: 500 until 12.0, 7: 200 until 11.0}`` at 11.5, both waiting:
+    job 7's slice has ended (it goes back to the ranking), and job 4 gets
+    one grant of 500 iterations."""
     grants: list[Grant] = []
-    for job_id in list(owed):
-        if job_id in gone:
+    for job_id, entry in list(owed.items()):
+        if job_id in gone or entry.until < now:
             del owed[job_id]
         elif job_id in waiting and len(grants) < free_slots:
             job = waiting[job_id]
-            iterations = min(owed.pop(job_id), job.remaining_iterations)
-            if iterations > 0:
-                grants.append(Grant(
-                    job_id=job_id, iterations=iterations, predicted_gain=None,
-                    reason=f"continues its grant past iteration {job.iterations_done}, where "
-                           "its experiment's early-stopping rule judged it and kept it"))
+            iterations = min(entry.iterations, job.remaining_iterations)
+            if iterations <= 0:
+                del owed[job_id]
+                continue
+            grants.append(Grant(
+                job_id=job_id, iterations=iterations, predicted_gain=None,
+                reason=f"continues its grant past iteration {job.iterations_done}, where "
+                       "its experiment's early-stopping rule judged it and kept it"))
     return grants

@@ -56,7 +56,7 @@ from backend.scheduling.placement import eligible_pools, place, refusal
 from backend.scheduling.policies.oracle import TrueCurve
 from backend.scheduling.registry import SIMULATION_ONLY, make_policy
 from backend.scheduling.residency import SWITCH_SHARE, SlotView, amortised, assign_slots
-from backend.scheduling.rungs import continuations
+from backend.scheduling.rungs import Owed, continuations, note_cut
 from backend.scheduling.speed import SpeedEstimates
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import (
@@ -352,7 +352,7 @@ def simulate(
     ready_at = -math.inf  # the end of the last decision: the next cannot start before
     seq = len(jobs)
     finished = 0
-    owed: dict[int, int] = {}  # job id -> iterations of its grant cut off at a rung
+    owed: dict[int, Owed] = {}  # job id -> what a cut at a rung took off its grant
     while events:
         now = max(events[0][0], ready_at)
         ended: list[SimJob] = []
@@ -414,7 +414,7 @@ def simulate(
         # job, ahead of the policy, as live (backend.scheduling.rungs).
         continuing = continuations(
             owed, {j: views[j] for j in owed if j in active and not active[j].running},
-            {j for j in owed if j not in active or active[j].stopped}, free)
+            {j for j in owed if j not in active or active[j].stopped}, free, now)
         carried = {g.job_id for g in continuing}
         snapshot = Snapshot(
             now=now, free_slots=free - len(continuing), total_slots=config.slots,
@@ -452,8 +452,7 @@ def simulate(
         for grant, pool_name, slot in _on_slots(slots, placed, views, config.switch_share):
             if rungs is not None:
                 cut = rungs(grant, views[grant.job_id])
-                if cut.iterations < grant.iterations:
-                    owed[grant.job_id] = grant.iterations - cut.iterations
+                note_cut(owed, grant, cut, views[grant.job_id], begin, config.chunk_seconds)
                 grant = cut
             job = active[grant.job_id]
             speed = 1.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from backend.scheduling.early_stopping import RuleConfig, judged_at
 from backend.scheduling.residency import SlotView, amortised
-from backend.scheduling.rungs import at_rung, continuations, cut_at_rung, next_rung
+from backend.scheduling.rungs import Owed, at_rung, continuations, cut_at_rung, next_rung
 from backend.scheduling.types import Grant, JobView, LossPoint
 
 PREDICTIVE = RuleConfig(rule="predictive", min_iterations=100)
@@ -66,29 +66,46 @@ def test_a_stretch_to_amortise_a_move_does_not_skip_a_rung() -> None:
 
 
 def test_what_a_cut_takes_off_is_owed_and_granted_once_the_job_waits() -> None:
-    owed: dict[int, int] = {}
-    assert cut_at_rung(grant(600, job_id=4), job(4, done=0), PREDICTIVE, owed).iterations == 100
-    assert cut_at_rung(grant(300, job_id=7), job(7, done=150), PREDICTIVE, owed).iterations == 50
-    assert cut_at_rung(grant(20, job_id=9), job(9, done=0), PREDICTIVE, owed).iterations == 20
-    assert owed == {4: 500, 7: 250}
-    # Job 4's chunk ended at its rung and the rule kept it; job 7 still runs.
-    again = continuations(owed, {4: job(4, done=100)}, set(), free_slots=2)
+    owed: dict[int, Owed] = {}
+    # At t=10 with 1 s chunks: job 4 is new (no speed yet), its slice is the
+    # chunk; job 8 runs 0.01 s an iteration, its 600 are a 6 s slice.
+    assert cut_at_rung(grant(600, job_id=4), job(4, done=0), PREDICTIVE, owed, 10.0,
+                       1.0).iterations == 100
+    assert cut_at_rung(grant(30, job_id=7), job(7, done=150), PREDICTIVE, owed, 10.0,
+                       1.0).iterations == 30
+    assert cut_at_rung(grant(600, job_id=8), job(8, done=150), PREDICTIVE, owed, 10.0,
+                       1.0).iterations == 50
+    assert owed == {4: Owed(500, 11.0), 8: Owed(550, 16.0)}
+    # Job 4's chunk ended at its rung and the rule kept it; job 8 still runs.
+    again = continuations(owed, {4: job(4, done=100)}, set(), free_slots=2, now=11.0)
     assert [(g.job_id, g.iterations) for g in again] == [(4, 500)]
     assert again[0].reason == ("continues its grant past iteration 100, where its experiment's "
                                "early-stopping rule judged it and kept it")
-    assert owed == {7: 250}
-    # The continuation is cut at the next rung in turn, and owes the rest.
-    assert cut_at_rung(again[0], job(4, done=100), PREDICTIVE, owed).iterations == 100
-    assert owed == {7: 250, 4: 400}
+    # The continuation is cut at the next rung in turn, owes the rest, and
+    # keeps the deadline of the grant it continues.
+    assert cut_at_rung(again[0], job(4, done=100), PREDICTIVE, owed, 11.0,
+                       1.0).iterations == 100
+    assert owed == {4: Owed(400, 11.0), 8: Owed(550, 16.0)}
+    # Run to its end, a continuation owes nothing more.
+    cut_at_rung(grant(30, job_id=4), job(4, done=200), PREDICTIVE, owed, 11.0, 1.0)
+    assert owed == {8: Owed(550, 16.0)}
+
+
+def test_a_slice_that_has_ended_is_owed_nothing() -> None:
+    # A fast job owed thousands of iterations, cut at every rung, once held
+    # its slot for a dozen chunks' overheads; past its slice it is ranked again.
+    owed = {4: Owed(5000, 16.0)}
+    assert continuations(owed, {4: job(4, done=200)}, set(), free_slots=1, now=16.5) == []
+    assert owed == {}
 
 
 def test_a_stopped_job_is_owed_nothing_and_free_slots_bound_the_continuations() -> None:
-    owed = {4: 500, 5: 300, 6: 100}
+    owed = {4: Owed(500, 99.0), 5: Owed(300, 99.0), 6: Owed(100, 99.0)}
     waiting = {4: job(4, done=100), 5: job(5, done=100), 6: job(6, done=590)}
-    again = continuations(owed, waiting, gone={5}, free_slots=1)
+    again = continuations(owed, waiting, gone={5}, free_slots=1, now=10.0)
     assert [(g.job_id, g.iterations) for g in again] == [(4, 500)]
-    assert owed == {6: 100}
+    assert set(owed) == {4, 6}
     # Never more than the job has left.
-    assert [(g.job_id, g.iterations) for g in continuations(owed, waiting, set(), 1)] == \
+    del owed[4]
+    assert [(g.job_id, g.iterations) for g in continuations(owed, waiting, set(), 1, 10.0)] == \
         [(6, 10)]
-    assert owed == {}
