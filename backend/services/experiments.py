@@ -58,6 +58,8 @@ class ExperimentPublic(BaseModel):
     objective: dict[str, Any]
     space: dict[str, Any]
     sampler: dict[str, Any]
+    tags: list[str] = Field(default_factory=list, description="Labels the owner gave it")
+    note: str = Field("", description="The owner's free-text note on the experiment")
     early_stopping: dict[str, Any]
     spec: dict[str, Any]
 
@@ -128,7 +130,8 @@ def _counts(jobs: list[Job]) -> dict[str, int]:
     return counts
 
 
-def to_public(experiment: Experiment, jobs: list[Job]) -> ExperimentPublic:
+def to_public(experiment: Experiment, jobs: list[Job],
+              tags: list[str] | None = None) -> ExperimentPublic:
     spec = experiment.spec or {}
     objective = spec.get("objective") or {"metric": "loss", "mode": "min"}
     metric = str(objective.get("metric", "loss"))
@@ -156,7 +159,8 @@ def to_public(experiment: Experiment, jobs: list[Job]) -> ExperimentPublic:
         best_job_id=best.id if best else None,
         best_value=best.objective_value if best else None,
         objective=objective, space=space, sampler=spec.get("sampler") or {},
-        early_stopping=spec.get("early_stopping") or {"rule": "none"}, spec=spec)
+        early_stopping=spec.get("early_stopping") or {"rule": "none"}, spec=spec,
+        tags=tags or [], note=experiment.note)
 
 
 def to_summary(experiment: Experiment, jobs: list[Job]) -> ExperimentSummary:

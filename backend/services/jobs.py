@@ -174,9 +174,11 @@ def change_state(*, session: Session, job: Job, action: str) -> Job:
     raise JobStateError(f"job {job.id} kept changing; try again")
 
 
-def to_public(job: Job, waiting: dict[str, Any] | None = None) -> JobPublic:
+def to_public(job: Job, waiting: dict[str, Any] | None = None,
+              tags: list[str] | None = None) -> JobPublic:
     """The job as the API shows it; ``waiting`` is the scheduler's published
-    entry for a queued job, which the explanation and queue fields use."""
+    entry for a queued job, which the explanation and queue fields use;
+    ``tags`` its tags (:func:`backend.services.labels.job_tags`)."""
     elapsed = job.attained_seconds
     explanation = explain_job(status=job.status, end_reason=job.end_reason, error=job.error,
                               last_reason=job.last_reason, waiting=waiting,
@@ -217,6 +219,8 @@ def to_public(job: Job, waiting: dict[str, Any] | None = None) -> JobPublic:
         last_eval_iteration=last_eval_iteration(job),
         explanation=explanation,
         experiment_id=job.experiment_id,
+        tags=tags or [],
+        note=job.note,
         stopped_early=job.stopped_early,
         trainer_output=job.trainer_output,
         residency=JobResidency(checkpoint_iteration=job.checkpoint_iteration,
