@@ -179,3 +179,39 @@ def test_label_and_delete_a_job_from_its_page(
         assert "cannot be undone" in asked[0] and "lr 0.1 warm restart" in asked[0]
         assert api.get(f"/api/v1/jobs/{job_id}").status_code == 404
         screenshot(page, "jobs-after-delete")
+
+
+def test_label_and_delete_an_experiment(
+        open_page: Callable[..., Page], quiet_portal: Portal, labeller: Account) -> None:
+    with _api(quiet_portal, labeller) as api:
+        created = api.post("/api/v1/experiments", json={
+            "name": "lr sweep", "algorithm": "logistic_regression", "dataset": "digits",
+            "space": {"learning_rate": {"type": "choice", "values": [0.01, 0.1]}},
+            "sampler": {"kind": "grid"}, "stopping": {"max_iterations": 40, "tolerance": None}})
+        assert created.status_code == 201, created.text
+        experiment = created.json()
+        page = open_page(DESKTOP)
+        sign_in(page, labeller, f"/experiments/{experiment['id']}")
+        expect(page.locator("#labels-delete")).to_be_disabled()
+        page.get_by_role("button", name="Edit labels").click()
+        page.get_by_label("Name", exact=True).fill("lr sweep, digits")
+        page.get_by_label("Tags").fill("sweep, digits")
+        page.get_by_label("Note").fill("grid over two rates")
+        page.get_by_role("button", name="Save labels").click()
+        expect(page.locator("#labels-message")).to_contain_text("Labels saved.")
+        expect(page.locator("#experiment-title")).to_have_text("lr sweep, digits")
+        assert api.get(f"/api/v1/experiments/{experiment['id']}").json()["tags"] == \
+            ["digits", "sweep"]
+        api.post(f"/api/v1/experiments/{experiment['id']}/cancel")
+        delete = page.locator("#labels-delete")
+        expect(delete).to_be_enabled(timeout=20_000)  # the page polls: every job finished
+        screenshot(page, "experiment-labels")
+        page.once("dialog", lambda dialog: dialog.accept())
+        delete.click()
+        page.wait_for_url("**/experiments")
+        assert api.get(f"/api/v1/experiments/{experiment['id']}").status_code == 404
+        for job_id in experiment["job_ids"]:
+            assert api.get(f"/api/v1/jobs/{job_id}").status_code == 404
+        audit = api.get("/api/v1/admin/audit").json()
+        assert any(a["action"] == "experiment.delete" and a["details"]["jobs"] ==
+                   experiment["job_ids"] for a in audit)
