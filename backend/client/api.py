@@ -210,14 +210,27 @@ class SlaqClient:
     # -- datasets ----------------------------------------------------------
     def upload_dataset(self, path: str | Path, name: str, task: str,
                        label: str | None = None) -> dict[str, Any]:
-        """Upload a CSV file as a dataset of your tenant."""
+        """Upload a CSV file as a dataset of your tenant (task ``text``: a
+        UTF-8 text file, for the character-level language models)."""
         data = {"name": name, "task": task}
         if label is not None:
             data["label"] = label
+        media = "text/plain" if task == "text" else "text/csv"
         with Path(path).open("rb") as fh:
             return dict(self._request("POST", "/datasets", data=data,
-                                      files={"file": (Path(path).name, fh, "text/csv")},
+                                      files={"file": (Path(path).name, fh, media)},
                                       timeout=300))
+
+    def upload_code(self, path: str | Path, name: str | None = None) -> dict[str, Any]:
+        """Upload a trainer's Python source; jobs name it ``code:<id>``."""
+        data = {"name": name} if name else {}
+        with Path(path).open("rb") as fh:
+            return dict(self._request("POST", "/code", data=data,
+                                      files={"file": (Path(path).name, fh, "text/x-python")},
+                                      timeout=120))
+
+    def codes(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/code"))
 
     def datasets(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/datasets"))

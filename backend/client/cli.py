@@ -1,5 +1,5 @@
 """``slaq login | submit | status | watch | pause | resume | cancel | label |
-delete | checkpoint | export | upload | datasets | sweep``: the portal from a
+delete | checkpoint | export | upload | datasets | code | sweep``: the portal from a
 shell, signed in with an API token.
 
 ``slaq login`` stores the portal URL and a fresh API token in
@@ -23,7 +23,7 @@ from backend.client.api import SlaqClient, SlaqError
 from backend.core.safe_text import storable
 
 COMMANDS = ("login", "submit", "status", "watch", "pause", "resume", "cancel", "label",
-            "delete", "checkpoint", "export", "upload", "datasets", "sweep")
+            "delete", "checkpoint", "export", "upload", "datasets", "code", "sweep")
 """The sub-commands this module handles (``backend.cli`` dispatches them here)."""
 
 FINISHED = ("completed", "failed", "cancelled")
@@ -147,14 +147,23 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("--status", choices=["queued", "running", "paused"],
                         help="cancel every job of yours in this status")
 
-    upload = sub.add_parser("upload", help="upload a CSV as a dataset of your tenant")
+    upload = sub.add_parser("upload", help="upload a CSV (or, --task text, a text file) as a "
+                                           "dataset of your tenant")
     upload.add_argument("path", type=Path)
-    upload.add_argument("--name", help="default: the file name without .csv")
+    upload.add_argument("--name", help="default: the file name without its extension")
     upload.add_argument("--task", required=True,
-                        choices=["classification", "regression", "clustering"])
+                        choices=["classification", "regression", "clustering", "text"],
+                        help="text: UTF-8 text for the character-level language models")
     upload.add_argument("--label", help="label column name or index (default: the last)")
 
     sub.add_parser("datasets", help="your tenant's uploaded datasets")
+
+    code = sub.add_parser("code", help="upload your own trainer's source, or list uploads")
+    code_sub = code.add_subparsers(dest="code_command", required=True)
+    code_upload = code_sub.add_parser("upload", help="upload a .py trainer; prints code:<id>")
+    code_upload.add_argument("path", type=Path)
+    code_upload.add_argument("--name", help="default: the file name without .py")
+    code_sub.add_parser("list", help="your tenant's uploaded trainers")
 
     sweep = sub.add_parser("sweep", help="submit an experiment (a sweep of configurations) "
                                          "from a JSON spec; prints its id and job ids")
@@ -449,6 +458,26 @@ def _datasets(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _code(args: argparse.Namespace) -> int:
+    with _client() as client:
+        if args.code_command == "upload":
+            if not args.path.is_file():
+                raise UsageError(f"no such file: {args.path}")
+            row = client.upload_code(args.path, args.name)
+            _out(f"{row['algorithm']}  {row['name']} ({row['size']} bytes); submit jobs with "
+                 f"algorithm {row['algorithm']}")
+            return 0
+        rows = client.codes()
+    if not rows:
+        _out("no uploaded trainers")
+        return 0
+    table = [["ALGORITHM", "NAME", "FILE", "BYTES", "UPLOADED"]]
+    table += [[r["algorithm"], r["name"], r["filename"], str(r["size"]),
+               str(r["created_at"])[:19].replace("T", " ")] for r in rows]
+    _out(_table(table))
+    return 0
+
+
 def _sweep(args: argparse.Namespace) -> int:
     try:
         spec = json.loads(args.spec.read_text())
@@ -577,7 +606,7 @@ def _export(args: argparse.Namespace) -> int:
 HANDLERS = {"login": _login, "submit": _submit, "status": _status, "watch": _watch,
             "pause": _control, "resume": _control, "cancel": _cancel, "label": _label,
             "delete": _delete, "checkpoint": _checkpoint, "export": _export,
-            "upload": _upload, "datasets": _datasets, "sweep": _sweep}
+            "upload": _upload, "datasets": _datasets, "code": _code, "sweep": _sweep}
 
 
 def main(argv: list[str]) -> int:

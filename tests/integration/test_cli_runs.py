@@ -145,3 +145,26 @@ def test_delete_asks_and_is_tenant_scoped(portal: Portal, token: str,
     deleted = slaq(portal, token, "delete", str(job), "--yes")
     assert deleted.returncode == 0 and f"deleted job {job}" in deleted.stdout
     assert api.get(f"/api/v1/jobs/{job}").status_code == 404
+
+
+def test_code_and_text_uploads(portal: Portal, token: str, tmp_path: Path) -> None:
+    refused = slaq(portal, token, "code", "upload",
+                   str(ROOT / "tests" / "fixtures" / "trainers" / "logistic.py"))
+    assert refused.returncode == 1 and "may not upload trainer code" in refused.stderr
+    coder = make_user_token(portal.db_url, tenant="coders", email="cy@coders.test",
+                            allow_code_uploads=True)
+    uploaded = slaq(portal, coder, "code", "upload",
+                    str(ROOT / "tests" / "fixtures" / "trainers" / "logistic.py"),
+                    "--name", "my-logistic")
+    assert uploaded.returncode == 0, uploaded.stderr
+    algorithm = uploaded.stdout.split()[0]
+    assert algorithm.startswith("code:")
+    listed = slaq(portal, coder, "code", "list")
+    assert algorithm in listed.stdout and "my-logistic" in listed.stdout
+
+    text = tmp_path / "poems.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 200)
+    done = slaq(portal, token, "upload", str(text), "--task", "text")
+    assert done.returncode == 0, done.stderr
+    assert "(text)" in done.stdout and "poems" in done.stdout
+    assert "poems" in slaq(portal, token, "datasets").stdout
