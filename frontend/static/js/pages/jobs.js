@@ -357,10 +357,24 @@ function findForm() {
     "form",
     { class: "find-runs", id: "find-runs", role: "search", "aria-label": "Find jobs" },
     field("q", "Search name or note", { type: "search", placeholder: "e.g. adam", maxlength: "200" }),
-    field("algorithm", "Algorithm", { list: "find-algorithms", maxlength: "100" }),
-    field("dataset", "Dataset", { maxlength: "100" }),
-    field("experiment", "Experiment id", { type: "number", min: "1", inputmode: "numeric" }),
-    field("tag", "Tag", { maxlength: "40" }),
+    h(
+      "details",
+      {
+        class: "more-filters",
+        id: "more-filters",
+        // Folded on a phone unless one of them is in use; open on wider screens.
+        open: window.matchMedia("(min-width: 700px)").matches || ["algorithm", "dataset", "experiment", "tag"].some((key) => state[key]),
+      },
+      h("summary", {}, "More filters"),
+      h(
+        "div",
+        { class: "find-runs" },
+        field("algorithm", "Algorithm", { list: "find-algorithms", maxlength: "100" }),
+        field("dataset", "Dataset", { maxlength: "100" }),
+        field("experiment", "Experiment id", { type: "number", min: "1", inputmode: "numeric" }),
+        field("tag", "Tag", { maxlength: "40" }),
+      ),
+    ),
     h("div", { class: "field" }, h("label", { for: "find-sort" }, "Sort"), sort),
     h("div", { class: "field btn-row" },
       h("button", { type: "submit", class: "btn btn-primary", id: "find-submit" }, "Find"),
@@ -441,6 +455,7 @@ function renderEmpty() {
 
 function syncToolbar() {
   for (const key of FILTERS) $(`#find-${key}`).value = state[key];
+  if (["algorithm", "dataset", "experiment", "tag"].some((key) => state[key])) $("#more-filters").open = true;
   $("#find-sort").value = state.sort;
   $("#status-filter").value = state.status;
   $("#page-size").value = String(state.limit);
