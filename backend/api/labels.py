@@ -3,6 +3,7 @@ delete a finished one with its data. Deletions are audited like admin actions.""
 
 from __future__ import annotations
 
+import redis
 from fastapi import APIRouter, HTTPException, Response, status
 
 from backend.api.deps import CurrentTenant, DbId, KeysDep, RedisDep, SessionDep
@@ -15,6 +16,17 @@ from backend.services import experiments as experiment_service
 from backend.services import jobs as job_service
 
 router = APIRouter(prefix="/api/v1", tags=["labels"])
+
+
+def _forget(client: RedisDep, keys: KeysDep, job_ids: list[int]) -> None:
+    """Drop the deleted jobs' live loss streams and fits from Redis; the rows
+    are already gone, so a Redis outage here costs only keys that expire."""
+    names = [k for j in job_ids for k in (keys.job_stream(j), keys.fit(j))]
+    try:
+        if names:
+            client.delete(*names)
+    except redis.RedisError:
+        pass
 
 
 @router.patch("/jobs/{job_id}", response_model=JobPublic)
@@ -43,6 +55,7 @@ def delete_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: 
                  iterations=job.iterations_done)
     session.commit()
     labels.delete_jobs_files(get_settings().effective_checkpoint_dir, [job_id])
+    _forget(client, keys, [job_id])
     publish_job_event(client, keys, job_id=job_id, tenant_id=job.tenant_id, status="deleted")
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
@@ -74,6 +87,7 @@ def delete_experiment(experiment_id: DbId, session: SessionDep, scope: CurrentTe
                  jobs=job_ids)
     session.commit()
     labels.delete_jobs_files(get_settings().effective_checkpoint_dir, job_ids)
+    _forget(client, keys, job_ids)
     for job_id in job_ids:
         publish_job_event(client, keys, job_id=job_id, tenant_id=tenant_id, status="deleted")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

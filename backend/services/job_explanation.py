@@ -76,6 +76,11 @@ def _waiting_summary(entry: dict[str, Any]) -> str:
         what = (f"Waiting for its turn: {_jobs(ahead)} {order} "
                 f"{'goes' if ahead == 1 else 'go'} first"
                 + (f" ({running_ahead} running now)." if running_ahead else "."))
+    elif position > 1:
+        # No waiting job before it, only running ones: said, so "next in
+        # line" never sits beside "Queue position 3" unexplained.
+        what = (f"Waiting for a free slot: every slot is busy, and it is next in line after "
+                f"the {_jobs(position - 1)} running now.")
     else:
         what = "Waiting for a free slot: every slot is busy, and it is next in line."
     where = f" Queue position {position}." if position and kind != WaitKind.NEXT else ""

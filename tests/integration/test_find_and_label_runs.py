@@ -220,11 +220,14 @@ def test_delete_a_finished_job_with_its_data_audited_quotas_unchanged(
     checkpoints = portal.data_dir / "checkpoints" / str(job["id"])
     checkpoints.mkdir(parents=True)
     (checkpoints / "000000000001.ckpt").write_bytes(b"state")
+    stream = portal.keys.job_stream(job["id"])
+    portal.redis().xadd(stream, {"iteration": 1, "loss": 0.5, "seconds": 0.1})
     usage_before = _usage(api)
 
     assert api.delete(url).status_code == 204
     assert api.get(url).status_code == 404
     assert not checkpoints.exists(), "its model file went with it"
+    assert not portal.redis().exists(stream), "and its live loss stream"
     with session_scope(engine_for(portal.db_url)) as session:
         for model, column in ((LossRecord, LossRecord.job_id), (JobTag, JobTag.job_id)):
             left = session.execute(select(func.count()).select_from(model)

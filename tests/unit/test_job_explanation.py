@@ -88,3 +88,11 @@ def test_a_job_between_chunks_is_not_told_to_wait_in_line() -> None:
     placed = explain_job(status="queued", end_reason=None, error=None, last_reason=None,
                          waiting={"kind": WaitKind.SLOT, "position": 2}, chunks_run=4).summary
     assert "Queue position 2" in placed
+
+
+def test_next_in_line_behind_running_jobs_says_why_its_position_is_not_1() -> None:
+    text = _waiting(kind=WaitKind.SLOT, position=3, ahead=2, running_ahead=2, policy="las")
+    assert text == ("Waiting for a free slot: every slot is busy, and it is next in line after "
+                    "the 2 jobs running now. Queue position 3.")
+    assert _waiting(kind=WaitKind.SLOT, position=1).startswith(
+        "Waiting for a free slot: every slot is busy, and it is next in line. Queue position 1.")
