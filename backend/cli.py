@@ -71,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     reset.add_argument("email")
     sub.add_parser("simulate", help="compare policies in the simulator (see slaq simulate -h)")
     sub.add_parser("record-trace", help="record real loss curves for the simulator")
+    if argv and not argv[0].startswith("-") and argv[0] not in sub.choices:
+        # argparse would list only this parser's commands: name every one.
+        parser.print_usage(sys.stderr)
+        every = ", ".join([*sub.choices, *CLIENT_COMMANDS])
+        sys.stderr.write(f"slaq: unknown command {argv[0]!r}; the commands are: {every}\n"
+                         "'slaq --help' describes them.\n")
+        return 2
     args = parser.parse_args(argv)
     _logging()
     from backend.core.settings import get_settings

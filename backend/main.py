@@ -28,6 +28,7 @@ from backend.api import (
     job_metrics,
     jobs,
     jobs_bulk,
+    labels,
     live,
     metrics,
     pages,
@@ -81,6 +82,7 @@ def create_app() -> FastAPI:
     app.include_router(code.router)
     app.include_router(job_metrics.router)
     app.include_router(experiments.router)
+    app.include_router(labels.router)
     app.include_router(pools.router)
     app.include_router(metrics.router)
     app.include_router(what_if.router)

@@ -163,6 +163,9 @@ class JobPublic(BaseModel):
     last_eval_iteration: int | None = Field(description="The iteration of that evaluation")
     explanation: JobExplanation = Field(description="What the job does or waits for, in plain "
                                         "words, with the technical detail apart")
+    tags: list[str] = Field(default_factory=list, description="Labels the owner gave it, "
+                            "sorted")
+    note: str = Field("", description="The owner's free-text note on the run")
     experiment_id: int | None = Field(None, description="The experiment (sweep) this job "
                                       "belongs to, if any")
     stopped_early: bool = Field(False, description="Paused by its experiment's early-stopping "

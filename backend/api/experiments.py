@@ -16,6 +16,7 @@ from backend.core.notify import wake_scheduler
 from backend.schemas import Page
 from backend.services import experiments as service
 from backend.services.experiment_specs import ExperimentCreate
+from backend.services.labels import experiment_tags
 
 router = APIRouter(prefix="/api/v1/experiments", tags=["experiments"])
 
@@ -63,7 +64,8 @@ def get_experiment(experiment_id: DbId, session: SessionDep, scope: CurrentTenan
     how many jobs were stopped and the slot-seconds that saved; the best job so far."""
     experiment = scope.get_owned(session, Experiment, experiment_id)
     return service.to_public(experiment, service.experiment_jobs(session, experiment_id),
-                             service.rule_verdicts(client, keys, experiment_id))
+                             service.rule_verdicts(client, keys, experiment_id),
+                             tags=experiment_tags(session, experiment_id))
 
 
 def _control(action: str, experiment_id: int, session: SessionDep, scope: CurrentTenant,

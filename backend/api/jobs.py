@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 import redis
 from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi.exceptions import RequestValidationError
 from sqlalchemy import func, select
 from sqlmodel import col
 
@@ -34,6 +35,8 @@ from backend.schemas import (
     Prediction,
 )
 from backend.services import jobs as job_service
+from backend.services.job_search import SORT_RULE, BadSearch, JobSearch, apply, order_by
+from backend.services.labels import TAG, TAG_RULE, job_tags
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -63,8 +66,18 @@ def _waiting_info(client: RedisDep, keys: KeysDep, jobs: list[Job]) -> dict[int,
             if value is not None}
 
 
-def _public(job: Job, info: dict[int, dict[str, Any]]) -> JobPublic:
-    return job_service.to_public(job, info.get(job.id or 0))
+def _public(job: Job, info: dict[int, dict[str, Any]],
+            tags: dict[int, list[str]] | None = None) -> JobPublic:
+    return job_service.to_public(job, info.get(job.id or 0), (tags or {}).get(job.id or 0, []))
+
+
+def _bad_query(name: str, message: str, value: str) -> RequestValidationError:
+    """A 422 shaped like FastAPI's own, for a query parameter checked here."""
+    return RequestValidationError([{"loc": ("query", name), "msg": message,
+                                    "type": "value_error", "input": value}])
+
+
+JobStatusName = Literal["queued", "running", "paused", "completed", "failed", "cancelled"]
 
 
 @router.get("", response_model=Page[JobPublic])
@@ -74,25 +87,40 @@ def list_jobs(
     scope: CurrentTenant,
     client: RedisDep,
     keys: KeysDep,
-    status_filter: Annotated[
-        Literal["queued", "running", "paused", "completed", "failed", "cancelled"] | None,
-        Query(alias="status"),
-    ] = None,
+    status_filter: Annotated[list[JobStatusName] | None, Query(
+        alias="status", description="Only jobs in this status (repeat for any of several)")] = None,
+    q: Annotated[str, Query(max_length=200, description="Part of the job's name or note, "
+                            "any case")] = "",
+    algorithm: Annotated[str | None, Query(max_length=100)] = None,
+    dataset: Annotated[str | None, Query(max_length=100)] = None,
+    experiment: Annotated[int | None, Query(ge=1, le=2**31 - 1,
+                                            description="Only this experiment's jobs")] = None,
+    tag: Annotated[list[str] | None, Query(
+        description="Only jobs with this tag (repeat: with every one)")] = None,
+    sort: Annotated[str, Query(max_length=80, description=SORT_RULE)] = "-id",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Offset = 0,
 ) -> Page[JobPublic]:
-    """List your tenant's jobs, newest first, optionally filtered by status."""
-    query = scope.filter(select(Job), col(Job.tenant_id))
-    count = scope.filter(select(func.count()).select_from(Job), col(Job.tenant_id))
-    if status_filter is not None:
-        query = query.where(Job.status == status_filter)  # type: ignore[arg-type]
-        count = count.where(Job.status == status_filter)  # type: ignore[arg-type]
+    """List your tenant's jobs, newest first, filtered and sorted as asked."""
+    search = JobSearch(text=q, statuses=tuple(status_filter or ()), algorithm=algorithm,
+                       dataset=dataset, experiment_id=experiment, tags=tuple(tag or ()),
+                       sort=sort)
+    try:
+        ordering = order_by(search.sort)
+    except BadSearch as exc:
+        raise _bad_query("sort", str(exc), sort) from None
+    for one in search.tags:
+        if not TAG.match(one):
+            raise _bad_query("tag", f"tag {one[:60]!r} is not valid: {TAG_RULE}", one)
+    query = apply(scope.filter(select(Job), col(Job.tenant_id)), search)
+    count = apply(scope.filter(select(func.count()).select_from(Job), col(Job.tenant_id)),
+                  search)
     total = session.execute(count).scalar_one()
-    rows = session.execute(
-        query.order_by(Job.id.desc()).limit(limit).offset(offset)  # type: ignore[union-attr]
-    ).scalars().all()
-    info = _waiting_info(client, keys, list(rows))
-    return Page[JobPublic](items=[_public(j, info) for j in rows], total=int(total),
+    rows = list(session.execute(query.order_by(*ordering).limit(limit).offset(offset))
+                .scalars().all())
+    info = _waiting_info(client, keys, rows)
+    tags = job_tags(session, [j.id or 0 for j in rows])
+    return Page[JobPublic](items=[_public(j, info, tags) for j in rows], total=int(total),
                            limit=limit, offset=offset)
 
 
@@ -103,7 +131,7 @@ def get_job(job_id: DbId, session: ReadSessionDep, scope: CurrentTenant, client:
     """One job: status, progress, losses, timing; for a waiting job, its place in
     the queue and the scheduler's reason and predicted gain."""
     job = scope.get_owned(session, Job, job_id)
-    return _public(job, _waiting_info(client, keys, [job]))
+    return _public(job, _waiting_info(client, keys, [job]), job_tags(session, [job_id]))
 
 
 @router.get("/{job_id}/losses", response_model=LossHistory)
@@ -172,7 +200,7 @@ def _control(action: str, job_id: int, session: SessionDep, scope: CurrentTenant
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     wake_scheduler(client, keys, f"{action} {job_id}")
     publish_job_event(client, keys, job_id=job.id, tenant_id=job.tenant_id, status=job.status)
-    return job_service.to_public(job)
+    return job_service.to_public(job, tags=job_tags(session, [job_id]).get(job_id, []))
 
 
 @router.post("/{job_id}/pause", response_model=JobPublic)

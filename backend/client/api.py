@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,8 @@ class SlaqClient:
     def close(self) -> None:
         self._http.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _raw(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The response of a successful call; an error status raises :class:`SlaqError`."""
         try:
             resp = self._http.request(method, f"{API}{path}", **kwargs)
         except httpx.HTTPError as exc:
@@ -76,6 +78,10 @@ class SlaqClient:
             except (ValueError, AttributeError):
                 detail = resp.text.strip()[:500]
             raise SlaqError(resp.status_code, describe_error(resp.status_code, detail), detail)
+        return resp
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        resp = self._raw(method, path, **kwargs)
         if resp.status_code == 204 or not resp.content:
             return None
         return resp.json()
@@ -94,8 +100,12 @@ class SlaqClient:
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         return dict(self._request("POST", "/jobs", json=spec))
 
-    def jobs(self, status: str | None = None, limit: int = 50, offset: int = 0) -> dict[str, Any]:
-        params: dict[str, Any] = {"limit": limit, "offset": offset}
+    def jobs(self, status: str | list[str] | None = None, limit: int = 50, offset: int = 0,
+             **filters: Any) -> dict[str, Any]:
+        """A page of jobs; ``filters`` are the list's query parameters (q,
+        algorithm, dataset, experiment, tag, sort), left out when None."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset,
+                                  **{k: v for k, v in filters.items() if v not in (None, [], "")}}
         if status:
             params["status"] = status
         return dict(self._request("GET", "/jobs", params=params))
@@ -135,6 +145,24 @@ class SlaqClient:
     def experiment_action(self, experiment_id: int, action: str) -> dict[str, Any]:
         """Cancel, pause or resume every job of the experiment."""
         return dict(self._request("POST", f"/experiments/{experiment_id}/{action}"))
+
+    def label(self, kind: str, run_id: int, **labels: Any) -> dict[str, Any]:
+        """Change a job's or an experiment's (``kind``) name, tags or note."""
+        return dict(self._request("PATCH", f"/{kind}s/{run_id}", json=labels))
+
+    def delete(self, kind: str, run_id: int) -> None:
+        """Delete a finished job or experiment with its data."""
+        self._request("DELETE", f"/{kind}s/{run_id}")
+
+    def checkpoint(self, job_id: int) -> tuple[bytes, str]:
+        """The job's model file and the name the portal gives it."""
+        resp = self._raw("GET", f"/jobs/{job_id}/checkpoint")
+        return resp.content, _filename(resp, f"job-{job_id}-model.bin")
+
+    def export(self, job_id: int, fmt: str = "csv") -> tuple[bytes, str]:
+        """The job's loss and metrics history as CSV or JSON, and its file name."""
+        resp = self._raw("GET", f"/jobs/{job_id}/export", params={"format": fmt})
+        return resp.content, _filename(resp, f"job-{job_id}-losses.{fmt}")
 
     def pause(self, job_id: int) -> dict[str, Any]:
         return dict(self._request("POST", f"/jobs/{job_id}/pause"))
@@ -182,17 +210,36 @@ class SlaqClient:
     # -- datasets ----------------------------------------------------------
     def upload_dataset(self, path: str | Path, name: str, task: str,
                        label: str | None = None) -> dict[str, Any]:
-        """Upload a CSV file as a dataset of your tenant."""
+        """Upload a CSV file as a dataset of your tenant (task ``text``: a
+        UTF-8 text file, for the character-level language models)."""
         data = {"name": name, "task": task}
         if label is not None:
             data["label"] = label
+        media = "text/plain" if task == "text" else "text/csv"
         with Path(path).open("rb") as fh:
             return dict(self._request("POST", "/datasets", data=data,
-                                      files={"file": (Path(path).name, fh, "text/csv")},
+                                      files={"file": (Path(path).name, fh, media)},
                                       timeout=300))
+
+    def upload_code(self, path: str | Path, name: str | None = None) -> dict[str, Any]:
+        """Upload a trainer's Python source; jobs name it ``code:<id>``."""
+        data = {"name": name} if name else {}
+        with Path(path).open("rb") as fh:
+            return dict(self._request("POST", "/code", data=data,
+                                      files={"file": (Path(path).name, fh, "text/x-python")},
+                                      timeout=120))
+
+    def codes(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/code"))
 
     def datasets(self) -> list[dict[str, Any]]:
         return list(self._request("GET", "/datasets"))
 
     def delete_dataset(self, dataset_id: int) -> None:
         self._request("DELETE", f"/datasets/{dataset_id}")
+
+
+def _filename(resp: httpx.Response, default: str) -> str:
+    """The file name from Content-Disposition, reduced to a plain name."""
+    match = re.search(r'filename="([^"/\\]+)"', resp.headers.get("Content-Disposition", ""))
+    return match.group(1) if match else default

@@ -1,5 +1,6 @@
-"""``slaq login | submit | status | watch | cancel | upload | datasets``:
-the portal from a shell, signed in with an API token.
+"""``slaq login | submit | status | watch | pause | resume | cancel | label |
+delete | checkpoint | export | upload | datasets | code | sweep``: the portal from a
+shell, signed in with an API token.
 
 ``slaq login`` stores the portal URL and a fresh API token in
 ``~/.config/slaq/credentials.json`` (mode 0600); ``SLAQ_URL`` and
@@ -21,7 +22,8 @@ from backend.client import credentials
 from backend.client.api import SlaqClient, SlaqError
 from backend.core.safe_text import storable
 
-COMMANDS = ("login", "submit", "status", "watch", "cancel", "upload", "datasets", "sweep")
+COMMANDS = ("login", "submit", "status", "watch", "pause", "resume", "cancel", "label",
+            "delete", "checkpoint", "export", "upload", "datasets", "code", "sweep")
 """The sub-commands this module handles (``backend.cli`` dispatches them here)."""
 
 FINISHED = ("completed", "failed", "cancelled")
@@ -86,12 +88,55 @@ def _parser() -> argparse.ArgumentParser:
                         help="what scheduling and --target-loss follow (default loss)")
     submit.add_argument("--name")
 
-    status = sub.add_parser("status", help="a table of your jobs, or one job in detail")
+    status = sub.add_parser("status", help="a table of your jobs (searched, filtered, "
+                                           "sorted), or one job in detail")
     status.add_argument("job_id", nargs="?", type=int)
-    status.add_argument("--status", dest="status_filter",
-                        choices=["queued", "running", "paused", *FINISHED])
+    status.add_argument("--status", dest="status_filter", action="append",
+                        choices=["queued", "running", "paused", *FINISHED],
+                        help="only jobs in this status (repeat for several)")
+    status.add_argument("--search", "-q", metavar="TEXT", help="part of the name or note")
+    status.add_argument("--algorithm")
+    status.add_argument("--dataset")
+    status.add_argument("--tag", action="append", default=[],
+                        help="only jobs with this tag (repeat: with every one)")
+    status.add_argument("--sort", metavar="KEY",
+                        help="a column (name, created_at, current_loss, progress, ...) or "
+                        "metric:NAME for the latest held-out value; --sort=-KEY descending "
+                        "(default -id: newest first)")
     status.add_argument("--limit", type=int, default=20)
+    status.add_argument("--offset", type=int, default=0)
     status.add_argument("--json", action="store_true", help="print the raw JSON")
+
+    for verb, what in (("pause", "pause jobs (each keeps its checkpoint)"),
+                       ("resume", "resume paused jobs from their checkpoints")):
+        control = sub.add_parser(verb, help=what)
+        control.add_argument("job_ids", type=int, nargs="+", metavar="job_id")
+
+    label = sub.add_parser("label", help="rename a job or experiment, set its tags or note")
+    label.add_argument("run_id", type=int, metavar="ID")
+    label.add_argument("--experiment", action="store_true", help="ID is an experiment")
+    label.add_argument("--name")
+    label.add_argument("--tag", action="append", dest="tags", metavar="TAG",
+                       help="the new tags (repeat); replaces the old ones")
+    label.add_argument("--no-tags", action="store_true", help="remove every tag")
+    label.add_argument("--note", help="free text (- reads it from standard input)")
+
+    delete = sub.add_parser("delete", help="delete a finished job or experiment with its data")
+    delete.add_argument("run_id", type=int, metavar="ID")
+    delete.add_argument("--experiment", action="store_true", help="ID is an experiment")
+    delete.add_argument("--yes", "-y", action="store_true", help="do not ask to confirm")
+
+    checkpoint = sub.add_parser("checkpoint", help="download a job's model (its latest "
+                                                   "checkpoint) to a file")
+    checkpoint.add_argument("job_id", type=int)
+    checkpoint.add_argument("--output", "-o", type=Path,
+                            help="file or folder (default: the portal's file name, here)")
+
+    export = sub.add_parser("export", help="download a job's loss and metrics history")
+    export.add_argument("job_id", type=int)
+    export.add_argument("--format", choices=["csv", "json"], default="csv")
+    export.add_argument("--output", "-o", type=Path,
+                        help="file or folder (default: standard output)")
 
     watch = sub.add_parser("watch", help="follow a job's loss live until it finishes")
     watch.add_argument("job_id", type=int)
@@ -102,14 +147,23 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("--status", choices=["queued", "running", "paused"],
                         help="cancel every job of yours in this status")
 
-    upload = sub.add_parser("upload", help="upload a CSV as a dataset of your tenant")
+    upload = sub.add_parser("upload", help="upload a CSV (or, --task text, a text file) as a "
+                                           "dataset of your tenant")
     upload.add_argument("path", type=Path)
-    upload.add_argument("--name", help="default: the file name without .csv")
+    upload.add_argument("--name", help="default: the file name without its extension")
     upload.add_argument("--task", required=True,
-                        choices=["classification", "regression", "clustering"])
+                        choices=["classification", "regression", "clustering", "text"],
+                        help="text: UTF-8 text for the character-level language models")
     upload.add_argument("--label", help="label column name or index (default: the last)")
 
     sub.add_parser("datasets", help="your tenant's uploaded datasets")
+
+    code = sub.add_parser("code", help="upload your own trainer's source, or list uploads")
+    code_sub = code.add_subparsers(dest="code_command", required=True)
+    code_upload = code_sub.add_parser("upload", help="upload a .py trainer; prints code:<id>")
+    code_upload.add_argument("path", type=Path)
+    code_upload.add_argument("--name", help="default: the file name without .py")
+    code_sub.add_parser("list", help="your tenant's uploaded trainers")
 
     sweep = sub.add_parser("sweep", help="submit an experiment (a sweep of configurations) "
                                          "from a JSON spec; prints its id and job ids")
@@ -241,6 +295,15 @@ def _status(args: argparse.Namespace) -> int:
                 ("loss", f"{_fmt_loss(job['current_loss'])} (initial "
                          f"{_fmt_loss(job['initial_loss'])}, best {_fmt_loss(job['best_loss'])})"),
             ]
+            if job.get("last_eval"):
+                # The held-out metrics as the job page shows them, with their iteration.
+                facts.append(("held-out", ", ".join(
+                    f"{k}={_fmt_loss(v)}" for k, v in sorted(job["last_eval"].items()))
+                    + f" (iteration {job.get('last_eval_iteration') or '-'})"))
+            if job.get("tags"):
+                facts.append(("tags", ", ".join(job["tags"])))
+            if job.get("note"):
+                facts.append(("note", job["note"]))
             explanation = job.get("explanation") or {}
             if explanation.get("summary"):
                 # Plain words first; the scheduler's technical reason after it.
@@ -255,22 +318,43 @@ def _status(args: argparse.Namespace) -> int:
                 facts.append(("error", job["error"]))
             _out(_table([[k + ":", v] for k, v in facts]))
             return 0
-        page = client.jobs(status=args.status_filter, limit=args.limit)
+        page = client.jobs(status=args.status_filter, limit=args.limit, offset=args.offset,
+                           q=args.search, algorithm=args.algorithm, dataset=args.dataset,
+                           tag=args.tag, sort=args.sort)
     if args.json:
         _out(json.dumps(page, indent=2))
         return 0
     if not page["items"]:
-        _out("no jobs")
+        _out("no jobs match" if _filtered(args) else "no jobs")
         return 0
-    rows = [["ID", "STATUS", "ALGORITHM", "DATASET", "ITER", "LOSS", "DONE", "NAME"]]
+    rows = [["ID", "STATUS", "ALGORITHM", "DATASET", "ITER", "LOSS", "HELD-OUT", "DONE",
+             "NAME", "TAGS"]]
     for job in page["items"]:
         rows.append([str(job["id"]), job["status"], job["algorithm"], job["dataset"],
                      str(job["iterations_done"]), _fmt_loss(job["current_loss"]),
-                     f"{100 * job['progress']:.0f}%", job["name"]])
+                     _held_out(job, args.sort), f"{100 * job['progress']:.0f}%", job["name"],
+                     ",".join(job.get("tags") or [])])
     _out(_table(rows))
     if page["total"] > len(page["items"]):
-        _out(f"({len(page['items'])} of {page['total']} jobs; --limit for more)")
+        _out(f"({len(page['items'])} of {page['total']} jobs from {args.offset + 1}; "
+             "--limit and --offset for more)")
     return 0
+
+
+def _filtered(args: argparse.Namespace) -> bool:
+    return bool(args.status_filter or args.search or args.algorithm or args.dataset
+                or args.tag)
+
+
+def _held_out(job: dict[str, Any], sort: str | None) -> str:
+    """The latest evaluation: the metric sorted on if it is one, else val_loss or the first."""
+    metrics = job.get("last_eval") or {}
+    if not metrics:
+        return "-"
+    wanted = (sort or "").lstrip("-").removeprefix("metric:")
+    name = wanted if wanted in metrics else "val_loss" if "val_loss" in metrics \
+        else sorted(metrics)[0]
+    return f"{name}={_fmt_loss(metrics[name])}"
 
 
 def _bar(done: int, total: int) -> str:
@@ -374,6 +458,26 @@ def _datasets(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _code(args: argparse.Namespace) -> int:
+    with _client() as client:
+        if args.code_command == "upload":
+            if not args.path.is_file():
+                raise UsageError(f"no such file: {args.path}")
+            row = client.upload_code(args.path, args.name)
+            _out(f"{row['algorithm']}  {row['name']} ({row['size']} bytes); submit jobs with "
+                 f"algorithm {row['algorithm']}")
+            return 0
+        rows = client.codes()
+    if not rows:
+        _out("no uploaded trainers")
+        return 0
+    table = [["ALGORITHM", "NAME", "FILE", "BYTES", "UPLOADED"]]
+    table += [[r["algorithm"], r["name"], r["filename"], str(r["size"]),
+               str(r["created_at"])[:19].replace("T", " ")] for r in rows]
+    _out(_table(table))
+    return 0
+
+
 def _sweep(args: argparse.Namespace) -> int:
     try:
         spec = json.loads(args.spec.read_text())
@@ -415,8 +519,94 @@ def _experiment_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _control(args: argparse.Namespace) -> int:
+    failed = 0
+    with _client() as client:
+        for job_id in args.job_ids:
+            try:
+                job = getattr(client, args.command)(job_id)
+            except SlaqError as exc:
+                # One job that cannot change does not stop the others.
+                _err(f"job {job_id}: {exc}")
+                failed += 1
+                continue
+            _out(f"job {job['id']} {job['status']}")
+    return 1 if failed else 0
+
+
+def _kind(args: argparse.Namespace) -> str:
+    return "experiment" if args.experiment else "job"
+
+
+def _label(args: argparse.Namespace) -> int:
+    change: dict[str, Any] = {}
+    if args.name is not None:
+        change["name"] = args.name
+    if args.no_tags and args.tags:
+        raise UsageError("give --tag or --no-tags, not both")
+    if args.no_tags:
+        change["tags"] = []
+    elif args.tags:
+        change["tags"] = [t for tag in args.tags for t in tag.split(",") if t.strip()]
+    if args.note is not None:
+        change["note"] = sys.stdin.read() if args.note == "-" else args.note
+    if not change:
+        raise UsageError("nothing to change: give --name, --tag, --no-tags or --note")
+    with _client() as client:
+        run = client.label(_kind(args), args.run_id, **change)
+    _out(f"{_kind(args)} {run['id']}: {run['name'] or '(no name)'}"
+         + (f"  tags {', '.join(run['tags'])}" if run.get("tags") else "  no tags"))
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    kind = _kind(args)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"deleting {kind} {args.run_id} cannot be undone: add --yes "
+                             "to confirm when not at a terminal")
+        answer = input(f"Delete {kind} {args.run_id} and all its data? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            _out("nothing deleted")
+            return 1
+    with _client() as client:
+        client.delete(kind, args.run_id)
+    _out(f"deleted {kind} {args.run_id}")
+    return 0
+
+
+def _save(data: bytes, filename: str, output: Path | None) -> Path:
+    target = output or Path(filename)
+    if target.is_dir():
+        target = target / filename
+    target.write_bytes(data)
+    return target
+
+
+def _checkpoint(args: argparse.Namespace) -> int:
+    with _client() as client:
+        data, filename = client.checkpoint(args.job_id)
+    path = _save(data, filename, args.output)
+    _out(f"saved {path} ({len(data)} bytes); /help/models says how to load it")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    with _client() as client:
+        data, filename = client.export(args.job_id, args.format)
+    if args.output is None:
+        sys.stdout.write(storable(data.decode("utf-8", errors="replace")))
+        sys.stdout.flush()
+        return 0
+    path = _save(data, filename, args.output)
+    _err(f"saved {path}")
+    return 0
+
+
 HANDLERS = {"login": _login, "submit": _submit, "status": _status, "watch": _watch,
-            "cancel": _cancel, "upload": _upload, "datasets": _datasets, "sweep": _sweep}
+            "pause": _control, "resume": _control, "cancel": _cancel, "label": _label,
+            "delete": _delete, "checkpoint": _checkpoint, "export": _export,
+            "upload": _upload, "datasets": _datasets, "code": _code, "sweep": _sweep}
 
 
 def main(argv: list[str]) -> int:

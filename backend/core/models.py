@@ -21,6 +21,12 @@ def as_utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+NOTE_MAX = 2000
+"""Longest free-text note on a job or an experiment, in characters."""
+TAG_MAX = 40
+"""Longest tag, in characters."""
+
+
 class Role(StrEnum):
     member = "member"
     tenant_admin = "tenant_admin"
@@ -140,6 +146,25 @@ class Job(SQLModel, table=True):
     switch_seconds: float | None = None
     """What moving the job to another slot costs, measured: build + restore of its
     latest start on a slot plus writing its state (the last save)."""
+    note: str = Field(default="", max_length=NOTE_MAX)
+    """The owner's free-text note on the run (labels: :mod:`backend.services.labels`)."""
+
+
+class JobTag(SQLModel, table=True):
+    """One tag on a job: a row per tag, so the jobs list filters by tag in SQL
+    on SQLite and PostgreSQL alike (an index on ``tag``, no JSON operators)."""
+
+    __tablename__ = "job_tag"
+    job_id: int = Field(foreign_key="job.id", primary_key=True)
+    tag: str = Field(primary_key=True, max_length=TAG_MAX, index=True)
+
+
+class ExperimentTag(SQLModel, table=True):
+    """One tag on an experiment (see :class:`JobTag`)."""
+
+    __tablename__ = "experiment_tag"
+    experiment_id: int = Field(foreign_key="experiment.id", primary_key=True)
+    tag: str = Field(primary_key=True, max_length=TAG_MAX, index=True)
 
 
 class WorkerPool(SQLModel, table=True):
@@ -167,6 +192,7 @@ class Experiment(SQLModel, table=True):
     name: str = Field(default="", max_length=200)
     spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
+    note: str = Field(default="", max_length=NOTE_MAX)
 
 
 class LossRecord(SQLModel, table=True):

@@ -609,6 +609,11 @@ class Scheduler:
         if now - self._explained_at < max(EXPLAIN_EVERY_SECONDS, 10 * self._explain_cost):
             return
         self._explained_at = now
+        # The jobs granted this round run now: explained as running, after
+        # their slots are taken, so what is ahead of a waiting job is true.
+        snapshot = replace(snapshot, free_slots=max(snapshot.free_slots - len(granted), 0),
+                           jobs=[replace(j, running=True) if j.job_id in granted else j
+                                 for j in snapshot.jobs])
         # Explained as granted: with each experiment's focus applied.
         waiting = explain_waiting(Focused(policy, lambda: self.stopper.standings), snapshot)
         chunk = self.chunk_seconds_recent()
@@ -631,16 +636,26 @@ class Scheduler:
             str(job_id): json.dumps({
                 "position": why.position, "reason": why.reason,
                 "predicted_gain": why.predicted_gain, "kind": why.kind, "policy": policy.name,
-                "ahead": why.ahead, "ahead_in_tenant": why.ahead_in_tenant, "quota": why.quota,
+                "ahead": why.ahead, "running_ahead": why.running_ahead,
+                "ahead_in_tenant": why.ahead_in_tenant, "quota": why.quota,
                 "detail": why.policy_reason,
                 "estimate_seconds": estimate(why.kind, why.position, why.ahead_in_tenant,
                                              why.quota, why.ahead)})
             for job_id, why in waiting.items() if job_id not in granted
         }
-        ahead = len(entries)
+        # New jobs not yet admitted come after every ranked job, in arrival
+        # order; a quota-bound one waits on its own team's jobs before it.
+        ranked = len(snapshot.jobs)
         running = snapshot.running_by_tenant()
+        tenant_of = {job.job_id: job.tenant_id for job in snapshot.jobs}
+        own_before: dict[int | None, int] = {}
+        for job_id in waiting:
+            own_before[tenant_of[job_id]] = own_before.get(tenant_of[job_id], 0) + 1
         for number, job_id in enumerate(self._held_back[:HELD_BACK_EXPLAINED], start=1):
             row = self.state.rows.get(job_id)
+            tenant_id = row.tenant_id if row else None
+            mine = own_before.get(tenant_id, 0)
+            own_before[tenant_id] = mine + 1
             quota = snapshot.tenant(row.tenant_id).max_slots if row else 1
             if quota == 0:
                 kind = WaitKind.QUOTA_ZERO
@@ -649,7 +664,7 @@ class Scheduler:
             elif row is not None and running.get(row.tenant_id, 0) >= quota:
                 kind = WaitKind.QUOTA
                 reason = (f"your team is using all {quota} of its slots (its quota); new "
-                          f"job, {number - 1} new jobs ahead of it")
+                          f"job, {mine} of your team's jobs ahead of it")
             else:
                 kind = WaitKind.NEW
                 cap = ("" if row is None or row.experiment_id is None else
@@ -658,12 +673,11 @@ class Scheduler:
                 reason = (f"new job waiting to start: {number - 1} new jobs ahead of it; new "
                           f"jobs get their first chunk as slots free up{cap}")
             entries[str(job_id)] = json.dumps({
-                "position": ahead + number, "predicted_gain": None, "reason": reason,
-                "kind": kind, "policy": policy.name, "ahead_in_tenant": number - 1,
-                "quota": quota, "detail": reason,
-                "ahead": ahead + number - 1,
-                "estimate_seconds": estimate(kind, ahead + number, number - 1, quota,
-                                             ahead + number - 1)})
+                "position": ranked + number, "predicted_gain": None, "reason": reason,
+                "kind": kind, "policy": policy.name, "ahead_in_tenant": mine,
+                "new_ahead": number - 1, "quota": quota, "detail": reason,
+                "ahead": ranked + number - 1,
+                "estimate_seconds": estimate(kind, number, mine, quota, ranked + number - 1)})
         try:
             pipe = self.redis.pipeline()
             pipe.delete(self.keys.waiting)

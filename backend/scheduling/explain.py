@@ -99,8 +99,11 @@ class WaitingReason:
     predicted_gain: float | None
     kind: str = WaitKind.SLOT
     ahead: int = 0
-    """Jobs, running or waiting, the policy prefers to it: with at least as
-    many as there are slots, it waits for its turn, not just for a chunk to end."""
+    """Jobs, running or waiting, the policy prefers to it (``position - 1``):
+    with at least as many as there are slots, it waits for its turn, not just
+    for a chunk to end."""
+    running_ahead: int = 0
+    """How many of the ``ahead`` jobs are running now."""
     ahead_in_tenant: int = 0
     quota: int = 0
     policy_reason: str = ""
@@ -122,7 +125,7 @@ def wait_estimate(*, kind: str, position: int, free_slots: int, total_slots: int
     end, which no chunk length tells, so there is no estimate. The order may
     change as curves change, so this is a rough guide.
 
-    Example: position 5, no free slot, 2 slots, chunks of 10 s -> 25.0.
+    Example: a new job 5th in line, no free slot, 2 slots, chunks of 10 s -> 25.0.
     """
     if chunk_seconds is None or chunk_seconds <= 0 or total_slots <= 0:
         return None
@@ -134,6 +137,9 @@ def wait_estimate(*, kind: str, position: int, free_slots: int, total_slots: int
         if policy == "fifo":
             return None
         return max(ahead + 1 - free_slots, 0) * chunk_seconds / total_slots
+    if kind == WaitKind.SLOT:
+        # No waiting job before it: the first of the busy slots to free up.
+        return 0.0 if free_slots > 0 else chunk_seconds / total_slots
     beyond_free = position - free_slots
     if beyond_free <= 0:
         return 0.0
@@ -143,36 +149,46 @@ def wait_estimate(*, kind: str, position: int, free_slots: int, total_slots: int
 def explain_waiting(policy: Policy, snapshot: Snapshot) -> dict[int, WaitingReason]:
     """Why each waiting job in ``snapshot`` is (not yet) running.
 
-    Example: two waiting jobs under ``slaq`` with no free slot -> job 7 gets
-    position 1, "waiting for a free slot; next in line: rank 1 by predicted
-    gain ..."; job 9 position 2 with its own predicted gain.
+    Every figure comes from one ranking: the policy's preference over every
+    active job, each running one as it will be when its chunk ends (queued
+    again, waiting since now), with a slot for each and no quota limits. A
+    waiting job's position is its place in that ranking, the jobs before it
+    are the ones that "go first" (``ahead``, of which ``running_ahead`` hold a
+    slot now), and the tenant's own waiting jobs before it are what a
+    quota-bound job waits on. Two rankings (waiting jobs only for the
+    position, everyone for "go first") once told a user "4 jobs go first.
+    Queue position 3." (issue 38).
+
+    Example: LAS, 2 slots, both running jobs 1 and 2 with less attained
+    service than waiting jobs 3, 4 and 5 -> job 3 position 3 with 2 jobs (2
+    running) ahead, waiting its turn; job 5 position 5 with 4 ahead.
     """
     waiting = snapshot.waiting()
     if not waiting:
         return {}
-    unlimited = {t: TenantView(t, max_slots=snapshot.total_slots + len(waiting),
-                               share_weight=snapshot.tenant(t).share_weight)
+    room = snapshot.total_slots + len(snapshot.jobs)
+    unlimited = {t: TenantView(t, max_slots=room, share_weight=snapshot.tenant(t).share_weight)
                  for t in {job.tenant_id for job in snapshot.jobs}}
-    probe = replace(snapshot, free_slots=len(waiting), tenants=unlimited)
-    order = policy.allocate(probe)
-    # The same preference over every active job, each running one as it will
-    # be when its chunk ends (queued again, waiting since now): those the
-    # policy still prefers to a waiting job take their slot again.
-    everyone = replace(probe, free_slots=len(snapshot.jobs),
+    everyone = replace(snapshot, free_slots=len(snapshot.jobs), tenants=unlimited,
                        jobs=[replace(j, running=False, waiting_since=snapshot.now)
                              if j.running else j for j in snapshot.jobs])
-    overall = {g.job_id: i for i, g in enumerate(policy.allocate(everyone))}
+    grants: dict[int, Grant] = {}
+    for granted in policy.allocate(everyone):
+        grants.setdefault(granted.job_id, granted)
+    # Jobs the policy did not rank (none left to run, say) come last, as listed.
+    ranking = list(grants) + [j.job_id for j in snapshot.jobs if j.job_id not in grants]
+    by_id = {job.job_id: job for job in snapshot.jobs}
+    waiting_ids = {job.job_id for job in waiting}
     running = snapshot.running_by_tenant()
     out: dict[int, WaitingReason] = {}
-    ranked = {g.job_id: (i, g) for i, g in enumerate(order, start=1)}
-    # Each tenant's waiting jobs in rank order: a quota-bound job waits on its own.
-    seen_in_tenant: dict[int, int] = {}
-    ahead_in_tenant: dict[int, int] = {}
-    for job in sorted(waiting, key=lambda j: ranked.get(j.job_id, (len(order) + 1, None))[0]):
-        ahead_in_tenant[job.job_id] = seen_in_tenant.get(job.tenant_id, 0)
-        seen_in_tenant[job.tenant_id] = ahead_in_tenant[job.job_id] + 1
-    for job in waiting:
-        position, grant = ranked.get(job.job_id, (len(order) + 1, None))
+    waiting_before = 0
+    own_waiting_before: dict[int, int] = {}
+    for place, job_id in enumerate(ranking, start=1):
+        if job_id not in waiting_ids:
+            continue
+        job = by_id[job_id]
+        grant = grants.get(job_id)
+        ahead = place - 1
         quota = snapshot.tenant(job.tenant_id).max_slots
         at_quota = running.get(job.tenant_id, 0) >= quota
         policy_reason = grant.reason if grant is not None else "not ranked by the policy"
@@ -187,17 +203,18 @@ def explain_waiting(policy: Policy, snapshot: Snapshot) -> dict[int, WaitingReas
         elif snapshot.total_slots == 0:
             kind = WaitKind.NO_WORKERS
             text = f"no worker is running; when one starts: {policy_reason}"
-        elif position <= snapshot.free_slots:
+        elif waiting_before < snapshot.free_slots:
             kind = WaitKind.NEXT
             text = f"about to run: {policy_reason}"
         else:
-            ahead = overall.get(job.job_id, len(snapshot.jobs))
-            kind = WaitKind.SLOT if position == 1 and ahead < snapshot.total_slots \
+            kind = WaitKind.SLOT if waiting_before == 0 and ahead < snapshot.total_slots \
                 else WaitKind.TURN
-            text = f"waiting for a free slot, position {position}: {policy_reason}"
-        out[job.job_id] = WaitingReason(job.job_id, position, at_quota, text,
-                                        grant.predicted_gain if grant else None, kind=kind,
-                                        ahead=overall.get(job.job_id, position - 1),
-                                        ahead_in_tenant=ahead_in_tenant[job.job_id],
-                                        quota=quota, policy_reason=policy_reason)
+            text = f"waiting for a free slot, position {place}: {policy_reason}"
+        out[job_id] = WaitingReason(job_id, place, at_quota, text,
+                                    grant.predicted_gain if grant else None, kind=kind,
+                                    ahead=ahead, running_ahead=ahead - waiting_before,
+                                    ahead_in_tenant=own_waiting_before.get(job.tenant_id, 0),
+                                    quota=quota, policy_reason=policy_reason)
+        waiting_before += 1
+        own_waiting_before[job.tenant_id] = own_waiting_before.get(job.tenant_id, 0) + 1
     return out

@@ -80,6 +80,8 @@ class ExperimentPublic(BaseModel):
     objective: dict[str, Any]
     space: dict[str, Any]
     sampler: dict[str, Any]
+    tags: list[str] = Field(default_factory=list, description="Labels the owner gave it")
+    note: str = Field("", description="The owner's free-text note on the experiment")
     early_stopping: dict[str, Any]
     spec: dict[str, Any]
 
@@ -174,7 +176,8 @@ def saved_slot_seconds(job: Job) -> float | None:
 
 
 def to_public(experiment: Experiment, jobs: list[Job],
-              verdicts: Mapping[int, str] | None = None) -> ExperimentPublic:
+              verdicts: Mapping[int, str] | None = None,
+              tags: list[str] | None = None) -> ExperimentPublic:
     """The experiment as the API shows it; ``verdicts`` (from :func:`rule_verdicts`)
     say why its rule keeps each queued or running job."""
     spec = experiment.spec or {}
@@ -214,7 +217,8 @@ def to_public(experiment: Experiment, jobs: list[Job],
         best_job_id=best.id if best else None,
         best_value=best.objective_value if best else None,
         objective=objective, space=space, sampler=spec.get("sampler") or {},
-        early_stopping=spec.get("early_stopping") or {"rule": "none"}, spec=spec)
+        early_stopping=spec.get("early_stopping") or {"rule": "none"}, spec=spec,
+        tags=tags or [], note=experiment.note)
 
 
 def to_summary(experiment: Experiment, jobs: list[Job]) -> ExperimentSummary:

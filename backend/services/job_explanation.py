@@ -62,13 +62,25 @@ def _waiting_summary(entry: dict[str, Any]) -> str:
     elif kind == WaitKind.NEXT:
         what = "Starting: it gets the next free slot."
     elif kind == WaitKind.NEW:
-        what = (f"Waiting for its first chunk: new jobs start as slots free up, "
-                f"{_jobs(mine_ahead)} ahead of it." if mine_ahead else
-                "Waiting for its first chunk: new jobs start as slots free up.")
+        # Not in the policy's ranking yet: new jobs start in arrival order.
+        new_ahead = int(entry.get("new_ahead") or 0)
+        what = (f"Waiting for its first chunk: new jobs start as slots free up, in the "
+                f"order they came; {_jobs(new_ahead)} came before it." if new_ahead else
+                "Waiting for its first chunk: new jobs start as slots free up, and it is "
+                "the next new job.")
+        position = 0
     elif kind == WaitKind.TURN:
-        ahead = max(int(entry.get("ahead") or position - 1), 1)
+        # "Go first" and the position are one ranking's: the jobs before it.
+        ahead = max(position - 1 if position else int(entry.get("ahead") or 0), 1)
+        running_ahead = min(int(entry.get("running_ahead") or 0), ahead)
         what = (f"Waiting for its turn: {_jobs(ahead)} {order} "
-                f"{'goes' if ahead == 1 else 'go'} first.")
+                f"{'goes' if ahead == 1 else 'go'} first"
+                + (f" ({running_ahead} running now)." if running_ahead else "."))
+    elif position > 1:
+        # No waiting job before it, only running ones: said, so "next in
+        # line" never sits beside "Queue position 3" unexplained.
+        what = (f"Waiting for a free slot: every slot is busy, and it is next in line after "
+                f"the {_jobs(position - 1)} running now.")
     else:
         what = "Waiting for a free slot: every slot is busy, and it is next in line."
     where = f" Queue position {position}." if position and kind != WaitKind.NEXT else ""
@@ -98,7 +110,8 @@ def explain_job(*, status: str, end_reason: str | None, error: str | None,
         return JobExplanation(
             summary=_waiting_summary(waiting),
             detail=str(waiting.get("detail") or waiting.get("reason") or "") or None,
-            position=int(waiting["position"]) if waiting.get("position") else None,
+            position=(int(waiting["position"]) if waiting.get("position")
+                      and waiting.get("kind") != WaitKind.NEW else None),
             estimate_seconds=float(estimate) if isinstance(estimate, int | float) else None)
     if status == JobStatus.running:
         return JobExplanation(summary="Running: it holds a slot for its current chunk of "

@@ -174,10 +174,15 @@ def change_state(*, session: Session, job: Job, action: str) -> Job:
     raise JobStateError(f"job {job.id} kept changing; try again")
 
 
-def to_public(job: Job, waiting: dict[str, Any] | None = None) -> JobPublic:
+def to_public(job: Job, waiting: dict[str, Any] | None = None,
+              tags: list[str] | None = None) -> JobPublic:
     """The job as the API shows it; ``waiting`` is the scheduler's published
-    entry for a queued job, which the explanation and queue fields use."""
+    entry for a queued job, which the explanation and queue fields use;
+    ``tags`` its tags (:func:`backend.services.labels.job_tags`)."""
     elapsed = job.attained_seconds
+    explanation = explain_job(status=job.status, end_reason=job.end_reason, error=job.error,
+                              last_reason=job.last_reason, waiting=waiting,
+                              chunks_run=job.chunks_run)
     return JobPublic(
         id=job.id or 0,
         tenant_id=job.tenant_id,
@@ -205,17 +210,17 @@ def to_public(job: Job, waiting: dict[str, Any] | None = None) -> JobPublic:
         error=job.error,
         scheduler_reason=str(waiting["reason"]) if waiting else job.last_reason,
         predicted_gain=waiting.get("predicted_gain") if waiting else job.predicted_gain,
-        queue_position=int(waiting["position"]) if waiting else None,
+        queue_position=explanation.position,
         eval_every=job.eval_every,
         quality_metric=job.quality_metric,
         requirements=public_requirements(job),
         pool=job.pool,
         last_eval=last_eval_metrics(job),
         last_eval_iteration=last_eval_iteration(job),
-        explanation=explain_job(status=job.status, end_reason=job.end_reason, error=job.error,
-                                last_reason=job.last_reason, waiting=waiting,
-                                chunks_run=job.chunks_run),
+        explanation=explanation,
         experiment_id=job.experiment_id,
+        tags=tags or [],
+        note=job.note,
         stopped_early=job.stopped_early,
         trainer_output=job.trainer_output,
         residency=JobResidency(checkpoint_iteration=job.checkpoint_iteration,

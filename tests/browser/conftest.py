@@ -37,8 +37,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def browser_portal(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Portal]:
     """The whole portal, once for all browser tests, on SQLite."""
     data: Path = tmp_path_factory.mktemp("browser-portal")
+    # Slots not niced: on a loaded shared machine niced slots took minutes to
+    # start, and these tests are about pages, not CPU shares.
     running = start_portal(data_dir=data, db_url=f"sqlite:///{data / 'portal.db'}",
-                           redis_url=redis_url, workers=2)
+                           redis_url=redis_url, workers=2, extra_env={"WORKER_NICE": "0"})
     try:
         yield running
     finally:

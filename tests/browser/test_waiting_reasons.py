@@ -4,6 +4,7 @@ says how it ended, not its last place in line."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from playwright.sync_api import Page, expect
@@ -73,6 +74,38 @@ def test_jobs_list_says_which_job_waits_for_the_team_quota(
             waiting = page.get_by_test_id("job-explanation").filter(has_text=ONE_SLOT)
             expect(waiting.first).to_be_visible(timeout=30_000)
             screenshot(page, "jobs-waiting")
+        finally:
+            for job_id in ids:
+                api.post(f"/api/v1/jobs/{job_id}/cancel")
+
+
+def test_queue_positions_and_jobs_going_first_agree_on_the_jobs_list(
+        make_page: Callable[..., Page], accounts: Callable[..., Account],
+        browser_portal: Portal) -> None:
+    # Issue 38: "4 jobs ... go first" beside "Queue position 3". Two slots,
+    # five jobs of one team: the waiting ones are placed in one ranking.
+    user = accounts("quinn@queue-team.test", tenant="queue-team", max_slots=4)
+    go_first = re.compile(r"(\d+) jobs? .* go(?:es)? first")
+    position = re.compile(r"Queue position (\d+)\.")
+    with api_client(browser_portal, user) as api:
+        ids = [api.post("/api/v1/jobs", json={**LONG_JOB, "name": f"q{i}"}).json()["id"]
+               for i in range(5)]
+        try:
+            page = make_page(DESKTOP)
+            sign_in(page, user, "/jobs?status=queued")
+            turns = page.get_by_test_id("job-explanation").filter(has_text="go first")
+            expect(turns.first).to_be_visible(timeout=60_000)
+            texts = page.get_by_test_id("job-explanation").all_inner_texts()
+            placed = []
+            for text in texts:
+                said = position.search(text)
+                first = go_first.search(text)
+                if said and first:
+                    assert int(first.group(1)) == int(said.group(1)) - 1, text
+                if said:
+                    placed.append(int(said.group(1)))
+            assert placed and len(placed) == len(set(placed)), texts
+            screenshot(page, "jobs-queue-one-ranking")
         finally:
             for job_id in ids:
                 api.post(f"/api/v1/jobs/{job_id}/cancel")

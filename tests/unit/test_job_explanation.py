@@ -12,10 +12,13 @@ def _waiting(**entry: object) -> str:
 
 
 def test_turn_behind_jobs_with_larger_gains_says_position_once() -> None:
-    text = _waiting(kind=WaitKind.TURN, position=3, ahead=4, policy="slaq",
-                    estimate_seconds=95.0, detail="rank 3 by predicted gain 1.2e-4")
-    assert text == ("Waiting for its turn: 4 jobs with larger predicted gains go first. "
-                    "Queue position 3. Expected to start in about 2 min.")
+    text = _waiting(kind=WaitKind.TURN, position=5, ahead=4, running_ahead=2, policy="slaq",
+                    estimate_seconds=95.0, detail="rank 5 by predicted gain 1.2e-4")
+    assert text == ("Waiting for its turn: 4 jobs with larger predicted gains go first "
+                    "(2 running now). Queue position 5. Expected to start in about 2 min.")
+    # Only the position counts: an entry cannot say more jobs go first than it has before it.
+    assert "3 jobs with larger" in _waiting(kind=WaitKind.TURN, position=4, ahead=9,
+                                             policy="slaq")
 
 
 def test_quota_and_unknown_estimate() -> None:
@@ -47,7 +50,7 @@ def test_plain_durations_are_rounded() -> None:
 
 
 def test_estimates() -> None:
-    assert wait_estimate(kind=WaitKind.SLOT, position=5, chunk_seconds=10.0, free_slots=0,
+    assert wait_estimate(kind=WaitKind.NEW, position=5, chunk_seconds=10.0, free_slots=0,
                          total_slots=2, ahead_in_tenant=0, quota=4) == 25.0
     assert wait_estimate(kind=WaitKind.SLOT, position=1, chunk_seconds=None, free_slots=0,
                          total_slots=2, ahead_in_tenant=0, quota=4) is None, "no chunk timed"
@@ -85,3 +88,11 @@ def test_a_job_between_chunks_is_not_told_to_wait_in_line() -> None:
     placed = explain_job(status="queued", end_reason=None, error=None, last_reason=None,
                          waiting={"kind": WaitKind.SLOT, "position": 2}, chunks_run=4).summary
     assert "Queue position 2" in placed
+
+
+def test_next_in_line_behind_running_jobs_says_why_its_position_is_not_1() -> None:
+    text = _waiting(kind=WaitKind.SLOT, position=3, ahead=2, running_ahead=2, policy="las")
+    assert text == ("Waiting for a free slot: every slot is busy, and it is next in line after "
+                    "the 2 jobs running now. Queue position 3.")
+    assert _waiting(kind=WaitKind.SLOT, position=1).startswith(
+        "Waiting for a free slot: every slot is busy, and it is next in line. Queue position 1.")

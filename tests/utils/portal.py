@@ -188,7 +188,8 @@ def start_portal(*, data_dir: Path, db_url: str, redis_url: str, workers: int = 
                     prefix=prefix, data_dir=data_dir, env=env)
     portal.start_api(port)
     portal.start_scheduler()
-    portal.start_workers(workers)
+    if workers:  # none: an API and scheduler only, for tests of stored data
+        portal.start_workers(workers)
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -200,7 +201,14 @@ def start_portal(*, data_dir: Path, db_url: str, redis_url: str, workers: int = 
             portal.stop_all()
             raise TimeoutError("API did not start:\n" + portal.log_tail())
         time.sleep(0.2)
-    portal.wait_for_slots(workers)
+    if not workers:
+        return portal
+    try:
+        # Generous: on a loaded machine a Celery node takes a minute to import.
+        portal.wait_for_slots(workers, timeout=180)
+    except TimeoutError:
+        portal.stop_all()  # a failed start must not leave its processes running
+        raise
     return portal
 
 

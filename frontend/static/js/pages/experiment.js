@@ -6,6 +6,7 @@
 import { api, ApiError } from "../api.js";
 import { createCompare } from "../compare.js";
 import { $, clear, formatDuration, formatNumber, formatValue, h, notice, TERMINAL } from "../dom.js";
+import { labelsPanel } from "../labels.js";
 import { startPage } from "../layout.js";
 import { showState } from "../live.js";
 import { loadUploads } from "../uploads.js";
@@ -178,10 +179,30 @@ async function runs(exp) {
   return rows.map((r) => ({ ...(state.full.get(r.id) || {}), ...r }));
 }
 
+/** Name, tags, note and Delete; drawn again only when they change, so an open form stays open. */
+function renderLabels(exp) {
+  const finished = (exp.jobs || []).every((j) => TERMINAL.has(j.status));
+  const key = JSON.stringify([exp.name, exp.tags, exp.note, finished]);
+  if (state.labelsKey === key) return;
+  state.labelsKey = key;
+  clear($("#experiment-labels"), labelsPanel({
+    run: exp,
+    kind: "experiment",
+    finished,
+    onSaved: (changed) => {
+      state.experiment = { ...state.experiment, ...changed };
+      renderHead(state.experiment);
+      renderLabels(state.experiment);
+    },
+    afterDelete: () => window.location.assign("/experiments"),
+  }));
+}
+
 async function refresh() {
   const exp = await api(`/api/v1/experiments/${EXPERIMENT_ID}`);
   state.experiment = exp;
   renderHead(exp);
+  renderLabels(exp);
   if (exp.objective) state.view.setObjective(exp.objective);
   await state.view.update(await runs(exp));
   const open = (exp.jobs || []).some((j) => !TERMINAL.has(j.status));
@@ -208,6 +229,7 @@ function skeleton(root) {
       h("section", { id: "experiment-stopping", hidden: true }),
       h("div", { id: "experiment-actions" }),
     ),
+    h("div", { id: "experiment-labels" }),
     h("div", { id: "experiment-compare" }),
   );
 }

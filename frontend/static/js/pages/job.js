@@ -35,6 +35,7 @@ import {
   throttle,
 } from "../dom.js";
 import { drawMetricsChart, evalLoss, evalLossTrace } from "../job-metrics.js";
+import { labelsPanel } from "../labels.js";
 import { startPage } from "../layout.js";
 import { showState, subscribe } from "../live.js";
 import { datasetLabel, loadUploads, uploadId } from "../uploads.js";
@@ -113,6 +114,7 @@ function skeleton(root) {
     ),
     h("div", { id: "control-message", "aria-live": "polite" }),
     h("div", { id: "job-outcome" }),
+    h("div", { id: "job-labels" }),
     h("div", { id: "scheduler-reason" }),
     h("section", { class: "panel", "aria-labelledby": "stats-title" },
       h("h2", { id: "stats-title", class: "visually-hidden" }, "Progress"),
@@ -220,6 +222,7 @@ function renderJob() {
       ? "The trained model's checkpoint, in its trainer's format"
       : "The model as trained so far, in its trainer's format";
 
+  renderLabels();
   const outcome = $("#job-outcome");
   if (job.status === "failed") {
     clear(
@@ -753,6 +756,24 @@ function drawTimeline() {
 }
 
 // ---- controls, downloads, refreshes ----
+
+/** The labels panel; redrawn only when the labels or finishedness change, so an open form stays open. */
+function renderLabels() {
+  const job = state.job;
+  const key = JSON.stringify([job.name, job.tags, job.note, TERMINAL.has(job.status)]);
+  if (state.labelsKey === key) return;
+  state.labelsKey = key;
+  clear($("#job-labels"), labelsPanel({
+    run: job,
+    kind: "job",
+    finished: TERMINAL.has(job.status),
+    onSaved: (changed) => {
+      takeJob(changed, performance.now());
+      renderJob();
+    },
+    afterDelete: () => window.location.assign(`/jobs?deleted=${job.id}`),
+  }));
+}
 
 async function control(action) {
   if (action === "cancel" && !window.confirm("Cancel this job for good? Its loss history is kept.")) return;

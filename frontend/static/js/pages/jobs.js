@@ -16,6 +16,7 @@ import {
   statusBadge,
   TERMINAL,
 } from "../dom.js";
+import { tagChips } from "../labels.js";
 import { startPage } from "../layout.js";
 import { showState, subscribe } from "../live.js";
 import { sparkline } from "../sparkline.js";
@@ -29,8 +30,33 @@ const SPARK_POINTS = 50;
 // A job queued a moment ago is placed by the scheduler within about a second.
 const EXPLAIN_RETRY_MS = 1500;
 
+// Sort orders the API knows (backend/services/job_search.py), by what a user looks for.
+const SORTS = [
+  ["-id", "Newest first"],
+  ["id", "Oldest first"],
+  ["name", "Name"],
+  ["algorithm", "Algorithm"],
+  ["dataset", "Dataset"],
+  ["status", "Status"],
+  ["-progress", "Progress (most first)"],
+  ["current_loss", "Loss (lowest first)"],
+  ["best_loss", "Best loss (lowest first)"],
+  ["-elapsed", "Training time (longest first)"],
+  ["metric:val_loss", "Latest val_loss (lowest first)"],
+  ["-metric:val_accuracy", "Latest val_accuracy (highest first)"],
+  ["-metric:val_r2", "Latest val_r2 (highest first)"],
+];
+// Filters kept in the address, so a search can be bookmarked and shared.
+const FILTERS = ["q", "algorithm", "dataset", "experiment", "tag"];
+
 const state = {
   status: "",
+  q: "",
+  algorithm: "",
+  dataset: "",
+  experiment: "",
+  tag: "",
+  sort: "-id",
   limit: 20,
   offset: 0,
   total: 0,
@@ -48,6 +74,13 @@ function readUrl() {
   const limit = Number(params.get("limit"));
   state.limit = PAGE_SIZES.includes(limit) ? limit : 20;
   state.offset = Math.max(0, Math.floor(Number(params.get("offset")) || 0));
+  for (const key of FILTERS) state[key] = params.get(key) || "";
+  const sort = params.get("sort") || "-id";
+  state.sort = SORTS.some(([value]) => value === sort) ? sort : "-id";
+}
+
+function filtered() {
+  return Boolean(state.status || FILTERS.some((key) => state[key]));
 }
 
 function writeUrl() {
@@ -55,6 +88,8 @@ function writeUrl() {
   if (state.status) params.set("status", state.status);
   if (state.limit !== 20) params.set("limit", String(state.limit));
   if (state.offset) params.set("offset", String(state.offset));
+  for (const key of FILTERS) if (state[key]) params.set(key, state[key]);
+  if (state.sort !== "-id") params.set("sort", state.sort);
   const query = params.toString();
   window.history.pushState(null, "", query ? `/jobs?${query}` : "/jobs");
 }
@@ -71,6 +106,16 @@ function waitingCell(job) {
       ? h("details", { class: "why" }, h("summary", {}, "Why?"), h("span", { class: "small mono" }, explanation.detail))
       : null,
   );
+}
+
+/** The latest evaluation: the metric the sort follows if it is one, else val_loss or the first. */
+function heldOut(job) {
+  const metrics = job.last_eval || {};
+  const names = Object.keys(metrics);
+  if (!names.length) return "–";
+  const sorted = state.sort.replace(/^-/, "").replace(/^metric:/, "");
+  const name = names.includes(sorted) ? sorted : names.includes("val_loss") ? "val_loss" : names.sort()[0];
+  return `${name} ${formatLoss(metrics[name])}`;
 }
 
 function sparkCell(job) {
@@ -207,7 +252,10 @@ function rowFor(job) {
           "div",
           { class: "small subtle" },
           `#${job.id} · ${job.algorithm} on ${datasetLabel(job.dataset)} · ${relativeTime(job.created_at)}`,
+          job.experiment_id ? " · " : null,
+          job.experiment_id ? h("a", { href: `/experiments/${job.experiment_id}` }, `experiment ${job.experiment_id}`) : null,
         ),
+        tagChips(job.tags),
       ),
     ),
     h("td", { "data-label": "Status" }, statusBadge(job.status)),
@@ -217,6 +265,7 @@ function rowFor(job) {
       { "data-label": "Loss", class: "num" },
       h("span", { "data-testid": "current-loss" }, formatLoss(job.current_loss)),
     ),
+    h("td", { "data-label": "Held-out", class: "num", "data-testid": "held-out" }, heldOut(job)),
     h("td", { "data-label": "Trend" }, sparkCell(job)),
     h(
       "td",
@@ -280,12 +329,79 @@ function renderToolbar() {
   });
   return h(
     "div",
+    {},
+    findForm(),
+    h(
+    "div",
     { class: "toolbar" },
     h("div", { class: "field" }, h("label", { for: "status-filter" }, "Status"), select),
     h("div", { class: "field" }, h("label", { for: "page-size" }, "Page size"), size),
     h("div", { class: "field btn-row", role: "group", "aria-label": "Ticked jobs" }, compareButton(), bulkButtons()),
     h("span", { class: "live-dot", id: "jobs-live", "data-state": state.live }, ""),
+    ),
   );
+}
+
+/** Search and filters: applied when submitted (Enter or "Find"), sorting at once. */
+function findForm() {
+  const field = (key, label, attrs = {}) =>
+    h("div", { class: "field" }, h("label", { for: `find-${key}` }, label),
+      h("input", { id: `find-${key}`, name: key, value: state[key], ...attrs }));
+  const sort = h(
+    "select",
+    { id: "find-sort", name: "sort" },
+    SORTS.map(([value, label]) => h("option", { value }, label)),
+  );
+  sort.value = state.sort;
+  const form = h(
+    "form",
+    { class: "find-runs", id: "find-runs", role: "search", "aria-label": "Find jobs" },
+    field("q", "Search name or note", { type: "search", placeholder: "e.g. adam", maxlength: "200" }),
+    h(
+      "details",
+      {
+        class: "more-filters",
+        id: "more-filters",
+        // Folded on a phone unless one of them is in use; open on wider screens.
+        open: window.matchMedia("(min-width: 700px)").matches || ["algorithm", "dataset", "experiment", "tag"].some((key) => state[key]),
+      },
+      h("summary", {}, "More filters"),
+      h(
+        "div",
+        { class: "find-runs" },
+        field("algorithm", "Algorithm", { list: "find-algorithms", maxlength: "100" }),
+        field("dataset", "Dataset", { maxlength: "100" }),
+        field("experiment", "Experiment id", { type: "number", min: "1", inputmode: "numeric" }),
+        field("tag", "Tag", { maxlength: "40" }),
+      ),
+    ),
+    h("div", { class: "field" }, h("label", { for: "find-sort" }, "Sort"), sort),
+    h("div", { class: "field btn-row" },
+      h("button", { type: "submit", class: "btn btn-primary", id: "find-submit" }, "Find"),
+      h("button", { type: "button", class: "btn", id: "find-clear" }, "Clear")),
+    h("datalist", { id: "find-algorithms" }),
+  );
+  const apply = () => {
+    for (const key of FILTERS) state[key] = form.elements[key].value.trim();
+    state.sort = sort.value;
+    state.offset = 0;
+    writeUrl();
+    load();
+  };
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    apply();
+  });
+  sort.addEventListener("change", apply);
+  form.querySelector("#find-clear").addEventListener("click", () => {
+    for (const key of FILTERS) form.elements[key].value = "";
+    sort.value = "-id";
+    apply();
+  });
+  api("/api/v1/catalog/algorithms").then((algorithms) => {
+    clear($("#find-algorithms"), algorithms.map((a) => h("option", { value: a.name || a.key || a })));
+  }).catch(() => {});
+  return form;
 }
 
 function renderPager() {
@@ -320,11 +436,12 @@ function renderPager() {
 }
 
 function renderEmpty() {
-  if (state.status) {
+  if (filtered()) {
     return h(
       "div",
-      { class: "empty panel" },
-      h("p", {}, `No ${state.status} jobs.`),
+      { class: "empty panel", "data-testid": "no-match" },
+      h("p", {}, state.status && !FILTERS.some((key) => state[key])
+        ? `No ${state.status} jobs.` : "No jobs match this search."),
       h("a", { href: "/jobs" }, "Show all jobs"),
     );
   }
@@ -337,6 +454,9 @@ function renderEmpty() {
 }
 
 function syncToolbar() {
+  for (const key of FILTERS) $(`#find-${key}`).value = state[key];
+  if (["algorithm", "dataset", "experiment", "tag"].some((key) => state[key])) $("#more-filters").open = true;
+  $("#find-sort").value = state.sort;
   $("#status-filter").value = state.status;
   $("#page-size").value = String(state.limit);
 }
@@ -345,6 +465,8 @@ async function load({ quiet = false } = {}) {
   const root = $("#jobs-results");
   const params = new URLSearchParams({ limit: String(state.limit), offset: String(state.offset) });
   if (state.status) params.set("status", state.status);
+  for (const key of FILTERS) if (state[key]) params.set(key, state[key]);
+  params.set("sort", state.sort);
   if (!quiet) clear(root, notice("loading", "Loading jobs…"));
   const token = {};
   state.loading = token;
@@ -395,7 +517,7 @@ async function load({ quiet = false } = {}) {
       h(
         "table",
         { class: "cards", id: "jobs-table" },
-        h("caption", { class: "visually-hidden" }, "Jobs of your tenant, newest first"),
+        h("caption", { class: "visually-hidden" }, `Jobs of your tenant, ${SORTS.find(([v]) => v === state.sort)[1].toLowerCase()}`),
         h(
           "thead",
           {},
@@ -403,8 +525,8 @@ async function load({ quiet = false } = {}) {
             "tr",
             {},
             h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Select")),
-            ["Job", "Status", "Progress", "Loss", "Trend", "Details"].map((label) =>
-              h("th", { scope: "col", class: label === "Loss" ? "num" : null }, label),
+            ["Job", "Status", "Progress", "Loss", "Held-out", "Trend", "Details"].map((label) =>
+              h("th", { scope: "col", class: label === "Loss" || label === "Held-out" ? "num" : null }, label),
             ),
           ),
         ),
@@ -472,6 +594,10 @@ async function refreshRows() {
 
 function onJobEvent(event) {
   const id = event.job_id;
+  if (event.status === "deleted") {
+    if (state.rows.has(id)) scheduleReload(0);
+    return;
+  }
   if (state.rows.has(id)) {
     pendingRows.add(id);
     if (!rowTimer) rowTimer = setTimeout(refreshRows, 400);
@@ -509,6 +635,14 @@ async function main() {
   readUrl();
   clear($("#jobs-root"), renderToolbar(), h("div", { id: "bulk-result" }), h("div", { id: "jobs-results" }));
   showState($("#jobs-live"), state.live);
+  const deleted = Number(new URLSearchParams(window.location.search).get("deleted"));
+  if (Number.isInteger(deleted) && deleted > 0) {
+    // Arrived from a job page's "Delete job": say it is done, then drop the marker.
+    clear($("#bulk-result"), notice("success", `Job ${deleted} was deleted with its data.`));
+    const params = new URLSearchParams(window.location.search);
+    params.delete("deleted");
+    window.history.replaceState(null, "", params.toString() ? `/jobs?${params}` : "/jobs");
+  }
   window.addEventListener("popstate", () => {
     readUrl();
     syncToolbar();
