@@ -196,3 +196,13 @@ class SlaqClient:
 
     def delete_dataset(self, dataset_id: int) -> None:
         self._request("DELETE", f"/datasets/{dataset_id}")
+
+    # -- trainer code ------------------------------------------------------
+    def upload_code(self, path: str | Path, name: str) -> dict[str, Any]:
+        """Upload a trainer or a loop script (one .py file) as your tenant's code."""
+        with Path(path).open("rb") as fh:
+            return dict(self._request("POST", "/code", data={"name": name},
+                                      files={"file": (Path(path).name, fh, "text/x-python")}))
+
+    def code(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/code"))

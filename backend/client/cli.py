@@ -1,4 +1,4 @@
-"""``slaq login | submit | status | watch | cancel | upload | datasets``:
+"""``slaq login | submit | status | watch | cancel | upload | datasets | code``:
 the portal from a shell, signed in with an API token.
 
 ``slaq login`` stores the portal URL and a fresh API token in
@@ -21,7 +21,8 @@ from backend.client import credentials
 from backend.client.api import SlaqClient, SlaqError
 from backend.core.safe_text import storable
 
-COMMANDS = ("login", "submit", "status", "watch", "cancel", "upload", "datasets", "sweep")
+COMMANDS = ("login", "submit", "status", "watch", "cancel", "upload", "datasets", "sweep",
+            "code")
 """The sub-commands this module handles (``backend.cli`` dispatches them here)."""
 
 FINISHED = ("completed", "failed", "cancelled")
@@ -110,6 +111,11 @@ def _parser() -> argparse.ArgumentParser:
     upload.add_argument("--label", help="label column name or index (default: the last)")
 
     sub.add_parser("datasets", help="your tenant's uploaded datasets")
+
+    code = sub.add_parser("code", help="upload a trainer or a loop script (.py); without a "
+                                       "file, list your tenant's code")
+    code.add_argument("path", type=Path, nargs="?")
+    code.add_argument("--name", help="default: the file name without .py")
 
     sweep = sub.add_parser("sweep", help="submit an experiment (a sweep of configurations) "
                                          "from a JSON spec; prints its id and job ids")
@@ -374,6 +380,27 @@ def _datasets(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _code(args: argparse.Namespace) -> int:
+    if args.path is not None:
+        if not args.path.is_file():
+            raise UsageError(f"no such file: {args.path}")
+        with _client() as client:
+            row = client.upload_code(args.path, args.name or args.path.stem)
+        _out(f"{row['algorithm']}  {row['name']} ({row['contract']}): submit jobs with "
+             f"`slaq submit {row['algorithm']} DATASET`")
+        return 0
+    with _client() as client:
+        rows = client.code()
+    if not rows:
+        _out("no trainer code uploaded")
+        return 0
+    table = [["ALGORITHM", "NAME", "CONTRACT", "FILE", "BYTES"]]
+    table += [[c["algorithm"], c["name"], c["contract"], c["filename"], str(c["size"])]
+              for c in rows]
+    _out(_table(table))
+    return 0
+
+
 def _sweep(args: argparse.Namespace) -> int:
     try:
         spec = json.loads(args.spec.read_text())
@@ -416,7 +443,8 @@ def _experiment_status(args: argparse.Namespace) -> int:
 
 
 HANDLERS = {"login": _login, "submit": _submit, "status": _status, "watch": _watch,
-            "cancel": _cancel, "upload": _upload, "datasets": _datasets, "sweep": _sweep}
+            "cancel": _cancel, "upload": _upload, "datasets": _datasets, "sweep": _sweep,
+            "code": _code}
 
 
 def main(argv: list[str]) -> int:
