@@ -22,10 +22,12 @@ pytestmark = pytest.mark.one_database  # the sandbox and the loop do not touch t
 @pytest.fixture(scope="module")
 def portal(module_db_url: str, redis_url: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Portal]:
-    """Calls into the sandbox time out after 4 s, so a silent loop fails quickly."""
+    """Calls into the sandbox time out after 4 s, so a silent loop fails
+    quickly; workers at normal priority, as in ``test_loop_jobs``."""
     running = start_portal(
         data_dir=tmp_path_factory.mktemp("portal"), db_url=module_db_url, redis_url=redis_url,
-        extra_env={"SANDBOX_STEP_TIMEOUT_SECONDS": "4", "LEASE_SECONDS": "20"})
+        extra_env={"SANDBOX_STEP_TIMEOUT_SECONDS": "4", "LEASE_SECONDS": "20",
+                   "WORKER_NICE": "0"})
     try:
         yield running
     finally:

@@ -35,9 +35,12 @@ SMALL_GRU = {"context": 16, "hidden": 32, "batch_size": 16}
 def portal(module_db_url: str, redis_url: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Portal]:
     """Two slots, with a lease long enough for a torch sandbox to start on a
-    busy test machine: every move starts one (imports, warm-up, the script)."""
+    busy test machine (every move starts one: imports, warm-up, the script),
+    and workers at normal priority: niced, they barely start on a machine
+    whose other processes keep every core busy."""
     running = start_portal(data_dir=tmp_path_factory.mktemp("portal"), db_url=module_db_url,
-                           redis_url=redis_url, extra_env={"LEASE_SECONDS": "20"})
+                           redis_url=redis_url,
+                           extra_env={"LEASE_SECONDS": "20", "WORKER_NICE": "0"})
     try:
         yield running
     finally:
