@@ -127,6 +127,26 @@ def test_a_loop_that_trains_on_when_asked_to_evaluate_loses_nothing() -> None:
     assert got == reference
 
 
+def test_a_loop_parked_longer_than_the_report_limit_steps_on() -> None:
+    """Between chunks a resident loop waits as long as its job does: the
+    limit counts from each command, not from the last report."""
+    trainer = build()
+    trainer.report_seconds = 5.0
+    first = trainer.step(3)
+    trainer._last_sign -= 3600  # as if parked for an hour
+    blob = trainer.state()
+    trainer._last_sign -= 3600
+    assert len(trainer.step(2)) == 2
+    trainer._last_sign -= 3600
+    assert trainer.evaluate()
+    trainer.close()
+    resumed, whole = build(), build()
+    resumed.restore(blob)
+    assert first + resumed.step(2) == whole.step(5)
+    for each in (resumed, whole):
+        each.close()
+
+
 def test_close_unwinds_a_parked_loop() -> None:
     trainer = build()
     trainer.step(3)

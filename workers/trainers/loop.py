@@ -316,11 +316,13 @@ class LoopTrainer(Trainer):
                                 "stopping rule ends the job, report() never returns then)")
             left = self._last_sign + self.report_seconds - time.monotonic()
             if left <= 0:
-                raise LoopError(f"train() ran {self.report_seconds:g} s without {what}; "
-                                "call ctx.report() once per iteration")
+                hint = "; call ctx.report() once per iteration" if "report" in what else ""
+                raise LoopError(f"train() ran {self.report_seconds:g} s without {what}{hint}")
             self._lock.wait(left)
 
     def _send(self, command: str) -> None:
+        # The deadline runs from now: a resident loop may have been parked for hours.
+        self._last_sign = time.monotonic()
         self._command = command
         self._lock.notify_all()
 
