@@ -250,3 +250,13 @@ def test_a_state_taken_before_the_loop_ran_is_what_it_was_given() -> None:
 def test_not_a_loop_state_is_refused() -> None:
     with pytest.raises(ValueError, match="not a loop trainer's state"):
         build().restore(b"PK\x03\x04")
+
+
+def test_a_loop_trainer_is_accepted_as_an_operators_plugin() -> None:
+    from importlib.metadata import EntryPoint
+
+    from workers.trainers.registry import _load_plugin
+
+    entry = EntryPoint(name="sgd-loop", value=f"{__name__}:SGD", group="slaq.trainers")
+    assert _load_plugin(entry, {}) is SGD
+    assert SGD.batched and SGD.Params is Params and SGD.__module__ == __name__
