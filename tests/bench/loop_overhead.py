@@ -12,7 +12,11 @@ loop (``workers.iterations.run_iterations``, evaluating every 50) on each,
 alternating which goes first; slot time is the chunk's wall time, so the
 loop's costs (handing control to its thread and back, the parking in
 ``report()``) are in it. Prints per-round figures and the median overhead
-of the loop over the Trainer; asserts nothing (figures depend on the machine).
+of the loop over the Trainer, in wall and CPU time; asserts nothing (figures
+depend on the machine). On a busy machine chunk-to-chunk noise is larger
+than the overhead, so it first measures the adapter alone: a loop and a
+Trainer that train nothing, per iteration in CPU time, the difference then
+set against the model's own CPU time per iteration.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from workers.sandbox import trainer as sandboxed
 from workers.stopping import StopRule
 from workers.trainers.contract import Trainer, TrainingData
 from workers.trainers.data import holdout
+from workers.trainers.loop import LoopContext, loop_trainer
 
 LOOP = EXAMPLES / "digits_loop.py"
 TWIN = Path(__file__).resolve().parents[1] / "fixtures" / "trainers" / "digits_mlp.py"
@@ -92,7 +97,7 @@ def _chunk(trainer: Trainer, start: int, iterations: int) -> tuple[float, float,
     return seconds, cpu, [p[1] for p in run.points]
 
 
-def measure(where: str, rounds: int, iterations: int) -> float:
+def measure(where: str, rounds: int, iterations: int, extra_us: float) -> float:
     data = holdout(load_dataset("digits", {}))
     trainers = {kind: _open(kind, where, data) for kind in KINDS}
     times: dict[str, list[float]] = {kind: [] for kind in KINDS}
@@ -132,7 +137,60 @@ def measure(where: str, rounds: int, iterations: int) -> float:
     print(f"loop overhead (target <= 2% of slot time): {wall * 100:+.2f}% of wall time "
           f"(chunk ratios {min(walls):.3f}..{max(walls):.3f}), {cpu * 100:+.2f}% of CPU time "
           f"(chunk ratios {min(cpu_ratios):.3f}..{max(cpu_ratios):.3f})")
+    trainer_cpu_us = statistics.median(cpus["trainer"]) / iterations * 1e6
+    print(f"the adapter's own {extra_us:.2f} us per iteration is "
+          f"{extra_us / trainer_cpu_us * 100:.2f}% of this model's {trainer_cpu_us:.0f} us of "
+          "CPU per iteration")
     return cpu
+
+
+class _NullTrainer(Trainer):
+    """Does nothing per iteration but return its loss: what the portal costs a Trainer."""
+
+    name = "null"
+    batched = True
+
+    def step(self, n: int) -> list[dict[str, float]]:
+        self.iteration += n
+        return [{"loss": 1.0, "accuracy": 0.5} for _ in range(n)]
+
+    def state(self) -> bytes:
+        return b""
+
+    def restore(self, blob: bytes) -> None:
+        pass
+
+
+def _null_loop(params: object, data: TrainingData, ctx: LoopContext) -> None:
+    ctx.checkpoint(lambda: b"")
+    while True:
+        ctx.report(loss=1.0, accuracy=0.5)
+
+
+def adapter_cost(iterations: int) -> float:
+    """Microseconds of CPU the loop contract adds per iteration: a loop and a
+    Trainer that do no training, through the worker's iteration loop, in-process
+    (CPU time, so what else the machine runs hardly moves it)."""
+    data = TrainingData(name="none", task="regression")
+    costs = {}
+    for kind, cls in (("trainer", _NullTrainer), ("loop", loop_trainer(_null_loop, name="null"))):
+        samples = []
+        for _ in range(5):
+            trainer = cls(cls.Params(), data, 1)
+            rule = StopRule(max_iterations=iterations, tolerance=None)
+            began = time.process_time()
+            run = run_iterations(trainer, rule, iterations, lambda _run: True,
+                                 eval_every=EVAL_EVERY)
+            samples.append((time.process_time() - began) / iterations * 1e6)
+            trainer.close()
+            assert run.error is None and len(run.points) == iterations
+        costs[kind] = statistics.median(samples)
+    extra = costs["loop"] - costs["trainer"]
+    print(f"\nno model, {iterations} iterations, evaluating every {EVAL_EVERY}: the portal's "
+          f"iteration loop costs {costs['trainer']:.2f} us per iteration with a Trainer, "
+          f"{costs['loop']:.2f} us with a loop: the loop contract adds {extra:.2f} us per "
+          "iteration")
+    return extra
 
 
 def main() -> None:
@@ -147,8 +205,9 @@ def main() -> None:
     torch.set_num_threads(1)  # as the sandbox's OMP_NUM_THREADS=1
     print(f"digits MLP (64 hidden, Adam, batch 64) on {sys.platform}, torch "
           f"{torch.__version__}, one thread")
+    extra = adapter_cost(200_000)
     for where in args.where:
-        measure(where, args.rounds, args.iterations)
+        measure(where, args.rounds, args.iterations, extra)
     spare.discard()
 
 
