@@ -62,6 +62,8 @@ class LoopStopped(BaseException):  # noqa: N818 - a signal to unwind, not an err
 
 
 def _number(name: str, value: object) -> float:
+    if type(value) is float:  # the common case, per iteration: no more checks
+        return value
     if isinstance(value, bool | str | bytes):
         raise TypeError(f"ctx.report: metric {name!r} must be a number, got {value!r}")
     try:
@@ -150,6 +152,8 @@ class LoopTrainer(Trainer):
         self._lock = threading.Condition()
         self._ctx = LoopContext(self, self.seed, 0)
         self._thread: threading.Thread | None = None
+        self._ident = -1
+        """The loop thread's id, which every call on ``ctx`` must come from."""
         self._done = 0
         """Iterations the loop has reported (ahead of ``iteration`` by ``len(pending)``)."""
         self._target = 0
@@ -177,7 +181,7 @@ class LoopTrainer(Trainer):
 
     # -- the loop's side (its own thread) ----------------------------------------
     def _own_thread(self, call: str) -> None:
-        if threading.current_thread() is not self._thread:
+        if threading.get_ident() != self._ident:
             error = LoopError(f"ctx.{call}() was called from thread "
                               f"{threading.current_thread().name!r}, not from the thread "
                               "running train(); call it from your training loop itself")
@@ -277,6 +281,7 @@ class LoopTrainer(Trainer):
             self._lock.acquire()
 
     def _run(self) -> None:
+        self._ident = threading.get_ident()
         try:
             type(self).train_function(self.params, self.data, self._ctx)
         except LoopStopped:
