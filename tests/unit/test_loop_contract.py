@@ -210,6 +210,9 @@ def test_an_exception_in_the_state_callback_is_the_state_error() -> None:
     ("while True: ctx.report(loss=1.0)", "never called ctx.checkpoint"),
     ("ctx.checkpoint(lambda: 'text')\n    while True: ctx.report(loss=1.0)", "must return bytes"),
     ("raise SystemExit(3)", "train() called exit"),
+    # Caught by the loop, a breach still fails the job.
+    ("while True:\n        try: ctx.report_eval(val_loss=1.0)\n        except Exception: pass",
+     "ctx.evaluate_now is false"),
 ])
 def test_contract_breaches_are_named(body: str, expected: str) -> None:
     namespace: dict[str, Any] = {}

@@ -180,16 +180,21 @@ class LoopTrainer(Trainer):
         self._closing = False
 
     # -- the loop's side (its own thread) ----------------------------------------
+    def _breach(self, message: str) -> LoopError:
+        """The loop broke the contract: the job fails with ``message`` even if
+        the loop catches the error raised to it (lock held or not)."""
+        error = LoopError(message)
+        with self._lock:
+            if self._failure is None:
+                self._failure = error
+            self._lock.notify_all()
+        return error
+
     def _own_thread(self, call: str) -> None:
         if threading.get_ident() != self._ident:
-            error = LoopError(f"ctx.{call}() was called from thread "
-                              f"{threading.current_thread().name!r}, not from the thread "
-                              "running train(); call it from your training loop itself")
-            with self._lock:
-                if self._failure is None:
-                    self._failure = error
-                self._lock.notify_all()
-            raise error
+            raise self._breach(f"ctx.{call}() was called from thread "
+                               f"{threading.current_thread().name!r}, not from the thread "
+                               "running train(); call it from your training loop itself")
 
     def _report(self, values: Metrics) -> None:
         self._own_thread("report")
@@ -197,9 +202,9 @@ class LoopTrainer(Trainer):
             if self._closing or self._failure is not None:
                 raise LoopStopped
             if self._restore_blob is not None and not self._restore_done:
-                raise LoopError(f"the job resumes at iteration {self._done}, but train() "
-                                "reported an iteration before calling ctx.restore(callback) "
-                                "to put its state back")
+                raise self._breach(f"the job resumes at iteration {self._done}, but train() "
+                                   "reported an iteration before calling "
+                                   "ctx.restore(callback) to put its state back")
             self._ctx.evaluate_now = False
             self._done += 1
             self._ctx.iteration = self._done
@@ -219,11 +224,12 @@ class LoopTrainer(Trainer):
     def _report_eval(self, values: Metrics) -> None:
         self._own_thread("report_eval")
         with self._lock:
-            if self._closing:
+            if self._closing or self._failure is not None:
                 raise LoopStopped
             if not self._evaluating:
-                raise LoopError("ctx.report_eval() was called while ctx.evaluate_now is false: "
-                                "evaluate only when it is true (the job sets how often)")
+                raise self._breach("ctx.report_eval() was called while ctx.evaluate_now is "
+                                   "false: evaluate only when it is true (the job sets how "
+                                   "often)")
             self._evaluating = False
             self._ctx.evaluate_now = False
             self._eval_result = values
@@ -236,7 +242,7 @@ class LoopTrainer(Trainer):
         if self._restore_blob is None:
             return False
         if self._restore_done:
-            raise LoopError("ctx.restore() was called twice")
+            raise self._breach("ctx.restore() was called twice")
         self._restore_done = True
         callback(self._restore_blob)
         return True
