@@ -163,6 +163,27 @@ def test_loops_that_take_turns_on_the_slots_reproduce_one_run(
         assert_reproduces(portal, DIGITS, job)
 
 
+def test_the_loop_and_the_same_model_as_a_trainer_store_the_same_run(
+        portal: Portal, api: httpx.Client) -> None:
+    """Both contracts through the same sandbox: the digits loop and its twin
+    written as a Trainer (same network, optimiser and batch order)."""
+    twin = Path(__file__).resolve().parents[1] / "fixtures" / "trainers" / "digits_mlp.py"
+    resp = api.post("/api/v1/code",
+                    files={"file": (twin.name, twin.read_bytes(), "text/x-python")},
+                    data={"name": f"digits-mlp-{uuid.uuid4().hex[:6]}"})
+    assert resp.status_code == 201 and resp.json()["contract"] == "trainer", resp.text
+    spec = {"dataset": "digits", "seed": 9, "eval_every": 50,
+            "stopping": {"max_iterations": 200, "tolerance": None}}
+    jobs = [submit(api, algorithm=algorithm, **spec)
+            for algorithm in (resp.json()["algorithm"], upload(api, DIGITS))]
+    done = [wait_finished(api, job["id"], timeout=240) for job in jobs]
+    assert [j["status"] for j in done] == ["completed"] * 2, (done, portal.log_tail())
+    trainer, loop = (stored_points(portal.db_url, j["id"]) for j in done)
+    assert len(trainer) == 200 and loop == trainer
+    evaluations = [stored_evaluations(portal.db_url, j["id"]) for j in done]
+    assert sorted(evaluations[0]) == [50, 100, 150, 200] and evaluations[1] == evaluations[0]
+
+
 def test_python_docs_loop_trains_a_language_model(portal: Portal, api: httpx.Client) -> None:
     job = submit(api, algorithm=upload(api, PYTHON_DOCS), dataset="python_docs", seed=2,
                  params=SMALL_GRU, eval_every=40,
