@@ -11,12 +11,15 @@ round runs one chunk of ``--iterations`` through the worker's own iteration
 loop (``workers.iterations.run_iterations``, evaluating every 50) on each,
 alternating which goes first; slot time is the chunk's wall time, so the
 loop's costs (handing control to its thread and back, the parking in
-``report()``) are in it. Prints per-round figures and the median overhead
-of the loop over the Trainer, in wall and CPU time; asserts nothing (figures
-depend on the machine). On a busy machine chunk-to-chunk noise is larger
-than the overhead, so it first measures the adapter alone: a loop and a
-Trainer that train nothing, per iteration in CPU time, the difference then
-set against the model's own CPU time per iteration.
+``report()``) are in it. In-process the worker steps a Trainer one
+iteration per call and a loop in batches (as it steps sandboxed code), so
+there the comparison also shows what batching saves. Prints per-round
+figures and the median overhead of the loop over the Trainer, in wall and
+CPU time; asserts nothing (figures depend on the machine). On a busy
+machine chunk-to-chunk noise is larger than the overhead, so it first
+measures the adapter alone: a loop and a Trainer that train nothing, per
+iteration in CPU time, the difference then set against the model's own CPU
+time per iteration.
 """
 
 from __future__ import annotations

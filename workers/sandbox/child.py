@@ -2,7 +2,7 @@
 
 Self-contained on purpose: the portal's packages are not visible in the
 sandbox, only the standard library, the read-only site-packages, this file and
-the trainer contract (mounted as the tiny package ``slaq_trainer``). It serves
+the trainer and loop contracts (mounted as the tiny package ``slaq_trainer``). It serves
 the worker's requests over two pipe fds with length-prefixed frames: a JSON
 header, then ``n_raw`` raw frames. Training states cross in FD_STATE, a memfd the
 worker shares (written from offset 0, its size in the reply), rather than the
