@@ -136,7 +136,7 @@ def test_digits_loop_paused_and_resumed_reproduces_one_run(
     assert 0 < paused["iterations_done"] < 600
     assert api.post(f"/api/v1/jobs/{job['id']}/resume").status_code == 200
     done = wait_finished(api, job["id"], timeout=240)
-    assert done["status"] == "completed", (done, portal.log_tail())
+    assert done["status"] == "completed", (done["error"], portal.log_tail())
     # Let go when paused, so resumed from its checkpoint in a new sandbox.
     assert done["residency"]["restores"] >= 2, done["residency"]
     assert_reproduces(portal, DIGITS, done)
@@ -157,7 +157,8 @@ def test_loops_that_take_turns_on_the_slots_reproduce_one_run(
     jobs = [submit(api, algorithm=algorithm, dataset="digits", seed=seed, eval_every=100,
                    stopping={"max_iterations": 400, "tolerance": None}) for seed in (1, 2, 3)]
     finished = [wait_finished(api, j["id"], timeout=300) for j in jobs]
-    assert [j["status"] for j in finished] == ["completed"] * 3, (finished, portal.log_tail())
+    assert [j["status"] for j in finished] == ["completed"] * 3, (
+        [j["error"] for j in finished], portal.log_tail())
     assert any(j["residency"]["restores"] > 1 for j in finished), "no loop ever moved"
     for job in finished:
         assert_reproduces(portal, DIGITS, job)
@@ -177,7 +178,8 @@ def test_the_loop_and_the_same_model_as_a_trainer_store_the_same_run(
     jobs = [submit(api, algorithm=algorithm, **spec)
             for algorithm in (resp.json()["algorithm"], upload(api, DIGITS))]
     done = [wait_finished(api, job["id"], timeout=240) for job in jobs]
-    assert [j["status"] for j in done] == ["completed"] * 2, (done, portal.log_tail())
+    assert [j["status"] for j in done] == ["completed"] * 2, (
+        [j["error"] for j in done], portal.log_tail())
     trainer, loop = (stored_points(portal.db_url, j["id"]) for j in done)
     assert len(trainer) == 200 and loop == trainer
     evaluations = [stored_evaluations(portal.db_url, j["id"]) for j in done]
@@ -189,7 +191,7 @@ def test_python_docs_loop_trains_a_language_model(portal: Portal, api: httpx.Cli
                  params=SMALL_GRU, eval_every=40,
                  stopping={"max_iterations": 120, "tolerance": None})
     done = wait_finished(api, job["id"], timeout=240)
-    assert done["status"] == "completed", (done, portal.log_tail())
+    assert done["status"] == "completed", (done["error"], portal.log_tail())
     points = stored_points(portal.db_url, job["id"])
     assert points[-1][1] < points[0][1], "the model did not learn"
     assert sorted(stored_evaluations(portal.db_url, job["id"])) == [40, 80, 120]
@@ -213,7 +215,7 @@ def test_the_cli_uploads_a_loop_script_and_submits_it_like_any_algorithm(
     assert submitted.returncode == 0, submitted.stderr
     job_id = int(submitted.stdout.split()[0])
     done = wait_finished(api, job_id, timeout=240)
-    assert done["status"] == "completed", (done, portal.log_tail())
+    assert done["status"] == "completed", (done["error"], portal.log_tail())
     assert sorted(stored_evaluations(portal.db_url, job_id)) == [50, 100]
     missing = slaq(tmp_path, "code", str(tmp_path / "nothing.py"), env=env)
     assert missing.returncode == 2 and "no such file" in missing.stderr
