@@ -8,6 +8,7 @@ from backend.core.code_refs import is_code_ref
 from backend.core.models import Job
 from workers.trainers.contract import Trainer
 from workers.trainers.data import load_training_data
+from workers.trainers.loop import LoopTrainer
 from workers.trainers.registry import make_trainer
 
 
@@ -25,6 +26,11 @@ def load_trainer(engine: Engine, job: Job, checkpoint: bytes | None) -> Trainer:
         trainer = open_job_trainer(engine, job, data)
     else:
         trainer = make_trainer(job.algorithm, data, job.params, job.seed)
+        if isinstance(trainer, LoopTrainer):
+            from backend.core.settings import get_settings
+
+            # A silent loop fails with its own reason before its lease runs out.
+            trainer.report_seconds = 0.8 * get_settings().lease_seconds
     if checkpoint is not None:
         try:
             trainer.restore(checkpoint)

@@ -42,13 +42,16 @@ class CodePublic(BaseModel):
     tenant_id: int
     user_id: int
     created_at: datetime
+    contract: code_uploads.Contract = Field(
+        description="`trainer` (a slaq_trainer.Trainer subclass) or `loop` (a function "
+                    "train(params, data, ctx)), as read from the source; `unknown` if neither")
 
 
 def _public(row: TrainerCode) -> CodePublic:
     return CodePublic(id=row.id or 0, algorithm=code_uploads.code_ref(row.id or 0),
                       name=row.name, filename=row.filename, size=row.size, sha256=row.sha256,
                       tenant_id=row.tenant_id, user_id=row.user_id,
-                      created_at=as_utc(row.created_at))
+                      created_at=as_utc(row.created_at), contract=code_uploads.code_contract(row))
 
 
 def _error(exc: CodeUploadError) -> JSONResponse:
@@ -80,7 +83,7 @@ _UPLOAD_BODY: dict[str, Any] = {
                 "file": {"type": "string", "format": "binary",
                          "description": f"One UTF-8 Python file (.py), at most "
                          f"{MAX_CODE_BYTES // 1024} KiB, defining one subclass of "
-                         "slaq_trainer.Trainer"},
+                         "slaq_trainer.Trainer or a loop function train(params, data, ctx)"},
                 "name": {"type": "string", "maxLength": code_uploads.MAX_NAME_LENGTH,
                          "description": "Unique within your tenant; default the file name"},
             },

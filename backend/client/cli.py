@@ -158,9 +158,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("datasets", help="your tenant's uploaded datasets")
 
-    code = sub.add_parser("code", help="upload your own trainer's source, or list uploads")
+    code = sub.add_parser("code", help="upload a trainer or a loop script (.py), or list uploads")
     code_sub = code.add_subparsers(dest="code_command", required=True)
-    code_upload = code_sub.add_parser("upload", help="upload a .py trainer; prints code:<id>")
+    code_upload = code_sub.add_parser(
+        "upload", help="upload a .py trainer or loop script; prints code:<id>")
     code_upload.add_argument("path", type=Path)
     code_upload.add_argument("--name", help="default: the file name without .py")
     code_sub.add_parser("list", help="your tenant's uploaded trainers")
@@ -464,15 +465,16 @@ def _code(args: argparse.Namespace) -> int:
             if not args.path.is_file():
                 raise UsageError(f"no such file: {args.path}")
             row = client.upload_code(args.path, args.name)
-            _out(f"{row['algorithm']}  {row['name']} ({row['size']} bytes); submit jobs with "
-                 f"algorithm {row['algorithm']}")
+            _out(f"{row['algorithm']}  {row['name']} ({row.get('contract', 'trainer')}, "
+                 f"{row['size']} bytes): submit jobs with `slaq submit {row['algorithm']} "
+                 "DATASET`")
             return 0
         rows = client.codes()
     if not rows:
         _out("no uploaded trainers")
         return 0
-    table = [["ALGORITHM", "NAME", "FILE", "BYTES", "UPLOADED"]]
-    table += [[r["algorithm"], r["name"], r["filename"], str(r["size"]),
+    table = [["ALGORITHM", "NAME", "CONTRACT", "FILE", "BYTES", "UPLOADED"]]
+    table += [[r["algorithm"], r["name"], r.get("contract", ""), r["filename"], str(r["size"]),
                str(r["created_at"])[:19].replace("T", " ")] for r in rows]
     _out(_table(table))
     return 0

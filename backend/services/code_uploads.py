@@ -9,10 +9,12 @@ imported or run outside the sandbox (``workers.sandbox``). Files live under
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 import uuid
 from pathlib import Path
+from typing import Literal
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
@@ -81,6 +83,46 @@ def check_source(filename: str, raw: bytes) -> str:
     except ValueError as exc:  # e.g. NUL bytes
         raise CodeUploadError(422, f"not valid Python source: {exc}", "file") from None
     return source
+
+
+Contract = Literal["trainer", "loop", "unknown"]
+
+
+_CONTRACTS: dict[str, Contract] = {}
+"""Contract by source digest: a listing parses each distinct file once."""
+
+
+def code_contract(row: TrainerCode) -> Contract:
+    """Which contract an upload follows, read from its source: a Trainer
+    subclass, or a loop function ``train(params, data, ctx)`` (the sandbox
+    decides the same way, a Trainer subclass first)."""
+    found = _CONTRACTS.get(row.sha256)
+    if found is None:
+        try:
+            found = contract_of((get_settings().data_dir / row.path).read_bytes())
+        except OSError:
+            return "unknown"
+        if len(_CONTRACTS) > 1024:
+            _CONTRACTS.clear()
+        _CONTRACTS[row.sha256] = found
+    return found
+
+
+def contract_of(raw: bytes) -> Contract:
+    try:
+        tree = ast.parse(raw.decode("utf-8"))
+    except (SyntaxError, ValueError):
+        return "unknown"
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and any(
+                (base.id if isinstance(base, ast.Name) else
+                 base.attr if isinstance(base, ast.Attribute) else "").endswith("Trainer")
+                for base in node.bases):
+            return "trainer"
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "train":
+            return "loop"
+    return "unknown"
 
 
 def store_code(session: Session, *, tenant_id: int, user_id: int, name: str, filename: str,

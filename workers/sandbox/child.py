@@ -2,7 +2,7 @@
 
 Self-contained on purpose: the portal's packages are not visible in the
 sandbox, only the standard library, the read-only site-packages, this file and
-the trainer contract (mounted as the tiny package ``slaq_trainer``). It serves
+the trainer and loop contracts (mounted as the tiny package ``slaq_trainer``). It serves
 the worker's requests over two pipe fds with length-prefixed frames: a JSON
 header, then ``n_raw`` raw frames. Training states cross in FD_STATE, a memfd the
 worker shares (written from offset 0, its size in the reply), rather than the
@@ -199,14 +199,23 @@ def _load_data(raw: bytes, meta: dict[str, Any], name: str) -> Any:
 
 
 def _trainer_class(module: Any) -> type:
+    """The module's one concrete Trainer subclass; failing that, a loop
+    trainer for its ``train(params, data, ctx)`` (the loop contract)."""
     found = [obj for obj in vars(module).values()
              if inspect.isclass(obj) and issubclass(obj, slaq_trainer.Trainer)
              and obj is not slaq_trainer.Trainer and obj.__module__ == module.__name__
              and not inspect.isabstract(obj)]
+    if not found and callable(getattr(module, "train", None)):
+        params = getattr(module, "Params", slaq_trainer.NoParams)
+        if not (inspect.isclass(params) and issubclass(params, slaq_trainer.TrainerParams)):
+            raise TypeError("the loop script's Params must be a subclass of "
+                            "slaq_trainer.TrainerParams")
+        return slaq_trainer.loop_trainer(module.train, name="loop", params=params)
     if len(found) != 1:
         names = ", ".join(c.__name__ for c in found) or "none"
         raise TypeError("the uploaded module must define exactly one concrete subclass of "
-                        f"slaq_trainer.Trainer (found {names})")
+                        "slaq_trainer.Trainer, or a loop function train(params, data, ctx) "
+                        f"(found {names})")
     return found[0]
 
 
@@ -266,6 +275,9 @@ class Server:
             raise RuntimeError("no trainer loaded")
         params = self.cls.Params.model_validate(req.get("params") or {})
         self.trainer = self.cls(params, self.data, int(req["seed"]))
+        if isinstance(self.trainer, slaq_trainer.LoopTrainer) and req.get("call_seconds"):
+            # Under the worker's deadline, so a silent loop fails with its own reason.
+            self.trainer.report_seconds = 0.8 * float(req["call_seconds"])
         return {"ok": True, "params": params.model_dump(mode="json")}
 
     def _need(self) -> Any:

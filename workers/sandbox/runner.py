@@ -38,6 +38,9 @@ from workers.sandbox import cgroup, gpu
 HERE = Path(__file__).resolve().parent
 CHILD_SCRIPT = HERE / "child.py"
 CONTRACT = HERE.parent / "trainers" / "contract.py"
+LOOP = HERE.parent / "trainers" / "loop.py"
+PACKAGE_INIT = HERE / "package_init.py"
+"""The package ``slaq_trainer`` tenant code imports: these three files."""
 OUTPUT_TAIL_BYTES = 64 * 1024
 PIPE_BYTES = 1 << 20
 """Linux's default /proc/sys/fs/pipe-max-size; a smaller cap leaves the default 64 KiB."""
@@ -203,7 +206,9 @@ def sandbox_command(limits: SandboxLimits, fds: tuple[int, int, int], uid: int) 
     for key, value in {**ENVIRONMENT, **gpus.env, **dict(limits.env)}.items():
         cmd += ["--setenv", key, value]
     own_binds = ["--ro-bind", str(CHILD_SCRIPT), "/sandbox/child.py",
-                 "--ro-bind", str(CONTRACT), "/sandbox/lib/slaq_trainer/__init__.py"]
+                 "--ro-bind", str(PACKAGE_INIT), "/sandbox/lib/slaq_trainer/__init__.py",
+                 "--ro-bind", str(CONTRACT), "/sandbox/lib/slaq_trainer/contract.py",
+                 "--ro-bind", str(LOOP), "/sandbox/lib/slaq_trainer/loop.py"]
     binds = _system_binds() + python_binds + own_binds + gpus.args
     # /dev first: the GPU nodes are bound into it, and a later --dev would hide them.
     cmd += ["--dev", "/dev"] + _parent_dirs(binds) + binds

@@ -188,7 +188,8 @@ class SandboxedTrainer(Trainer):
         """
         load = protocol.encode({"op": "load", "data": data_meta, "name": self.data.name},
                                (source, data_blob))
-        init = protocol.encode({"op": "init", "params": params, "seed": self.seed})
+        init = protocol.encode({"op": "init", "params": params, "seed": self.seed,
+                                "call_seconds": self.call_seconds})
         self.send(load + init, "load")
         reply, _ = self.receive("load")
         name = reply.get("name")

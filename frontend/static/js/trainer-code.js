@@ -12,6 +12,12 @@ const MAX_BYTES = 256 * 1024;
 
 const DISABLED = "uploads and new jobs disabled by the platform admin";
 
+const CONTRACTS = {
+  trainer: "a subclass of slaq_trainer.Trainer",
+  loop: "your own loop: train(params, data, ctx) calling ctx.report()",
+  unknown: "neither a Trainer subclass nor train(params, data, ctx) was found",
+};
+
 let allowed = false; // the tenant may upload and run its own code (/auth/me)
 
 function row(code) {
@@ -21,6 +27,7 @@ function row(code) {
     h("th", { scope: "row" }, code.name,
       allowed ? null : [" ", h("span", { class: "badge", title: DISABLED }, "disabled")]),
     h("td", { "data-label": "Algorithm" }, h("code", {}, code.algorithm)),
+    h("td", { "data-label": "Contract", title: CONTRACTS[code.contract] || "" }, code.contract),
     h("td", { "data-label": "File" }, code.filename),
     h("td", { class: "num", "data-label": "Size" }, formatBytes(code.size)),
     h("td", { "data-label": "Uploaded" }, formatTime(code.created_at)),
@@ -49,7 +56,7 @@ export async function refreshTrainerCode() {
   // Turned off and nothing uploaded: nothing to show this tenant.
   section.hidden = !allowed && !codes.length;
   if (!codes.length) {
-    clear(list, notice("info", "No trainer code yet. Upload a .py file that defines one Trainer subclass."));
+    clear(list, notice("info", "No trainer code yet. Upload a .py file that defines one Trainer subclass or a loop train(params, data, ctx)."));
     return;
   }
   clear(
@@ -60,7 +67,7 @@ export async function refreshTrainerCode() {
     h(
       "table",
       { class: "table", id: "code-table" },
-      h("thead", {}, h("tr", {}, ["Name", "Algorithm", "File", "Size", "Uploaded", ""].map((c) =>
+      h("thead", {}, h("tr", {}, ["Name", "Algorithm", "Contract", "File", "Size", "Uploaded", ""].map((c) =>
         h("th", { scope: "col" }, c || h("span", { class: "visually-hidden" }, "Actions"))))),
       h("tbody", {}, codes.map(row)),
     ),
@@ -123,7 +130,7 @@ export function trainerCodeSection(me) {
         h("label", { for: "code-file" }, "Python file"),
         h("input", { id: "code-file", name: "file", type: "file", accept: ".py,text/x-python", "aria-describedby": "code-file-help" }),
         h("span", { class: "help", id: "code-file-help" },
-          "One .py file (at most 256 KiB) defining a subclass of slaq_trainer.Trainer: ",
+          "One .py file (at most 256 KiB) defining a subclass of slaq_trainer.Trainer, or your own loop as train(params, data, ctx): ",
           h("a", { href: "/help/tenant-code" }, "how to write one"), ".")),
       h("div", { class: "field" },
         h("label", { for: "code-name" }, "Name", h("span", { class: "subtle" }, " (optional)")),
