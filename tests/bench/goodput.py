@@ -1,12 +1,13 @@
 """Goodput of real models on the live portal: training seconds over slot seconds.
 
     .venv/bin/python -m tests.bench.goodput [--sizes 0.1M 2M 8.5M 33M]
-        [--kinds builtin tenant] [--seconds 60] [--contended-size 2M]
+        [--kinds builtin tenant loop] [--seconds 60] [--contended-size 2M]
         [--policies slaq las] [--chunk-seconds 1.0]
 
 A fresh portal (2 worker slots, SQLite, the bench Redis database) runs wide
 PyTorch MLPs, built-in (``torch_mlp``) and the same network as tenant code
-(``tests/fixtures/trainers/torch_wide_mlp.py``, sandboxed), of about 0.1M,
+(``tests/fixtures/trainers/torch_wide_mlp.py``, sandboxed; ``--kinds loop``
+adds it written to the loop contract, ``torch_wide_mlp_loop.py``), of about 0.1M,
 2M, 8.5M and 33M parameters, on a 64-feature synthetic classification set:
 
 * **alone**: one job on the cluster for ``--seconds``, then cancelled;
@@ -53,7 +54,9 @@ DATASET = {"dataset": "synthetic_classification",
 SHAPES = {  # name -> (width, hidden layers): 64 inputs, 10 classes
     "0.1M": (256, 2), "2M": (1024, 3), "8.5M": (2048, 3), "33M": (4096, 3),
 }
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "trainers" / "torch_wide_mlp.py"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trainers"
+CODE = {"tenant": FIXTURES / "torch_wide_mlp.py", "loop": FIXTURES / "torch_wide_mlp_loop.py"}
+"""The same network as tenant code: a Trainer, and a loop (the loop contract)."""
 
 
 def parameters(width: int, layers: int) -> int:
@@ -104,25 +107,31 @@ def portal_for(root: Path, redis_url: str, policy: str,
         portal.close()
 
 
-def spec(kind: str, size: str, code: str | None, seed: int = 0) -> dict[str, Any]:
+def spec(kind: str, size: str, code: dict[str, str], seed: int = 0) -> dict[str, Any]:
     width, layers = SHAPES[size]
     if kind == "builtin":
         algorithm, params = "torch_mlp", {"hidden_units": width, "hidden_layers": layers,
                                           "batch_size": 128}
     else:
-        assert code is not None
-        algorithm, params = code, {"width": width, "layers": layers, "batch_size": 128}
+        algorithm, params = code[kind], {"width": width, "layers": layers, "batch_size": 128}
     return {**DATASET, "algorithm": algorithm, "params": params, "seed": seed,
             "eval_every": 0, "stopping": {"max_iterations": 10**6, "tolerance": None}}
 
 
-def upload(api: httpx.Client) -> str:
-    resp = api.post("/api/v1/code", files={"file": (FIXTURE.name, FIXTURE.read_bytes(),
-                                                    "text/x-python")},
-                    data={"name": "wide-mlp"})
-    if resp.status_code != 201:
-        raise SystemExit(f"upload refused: {resp.text}")
-    return str(resp.json()["algorithm"])
+def upload(api: httpx.Client, kinds: list[str]) -> dict[str, str]:
+    """Each tenant-code kind's upload, as its algorithm name."""
+    out = {}
+    for kind in kinds:
+        if kind not in CODE:
+            continue
+        path = CODE[kind]
+        resp = api.post("/api/v1/code", files={"file": (path.name, path.read_bytes(),
+                                                        "text/x-python")},
+                        data={"name": f"wide-mlp-{kind}"})
+        if resp.status_code != 201:
+            raise SystemExit(f"upload refused: {resp.text}")
+        out[kind] = str(resp.json()["algorithm"])
+    return out
 
 
 def run_jobs(portal: Portal, api: httpx.Client, specs: list[dict[str, Any]],
@@ -211,7 +220,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--kinds", nargs="+", default=["builtin", "tenant"],
-                        choices=["builtin", "tenant"])
+                        choices=["builtin", "tenant", "loop"],
+                        help="loop: the tenant code written to the loop contract")
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--contended-size", default="2M", choices=list(SHAPES))
     parser.add_argument("--policies", nargs="*", default=["slaq", "las"])
@@ -222,7 +232,7 @@ def main() -> None:
         rows: list[Figures] = []
         with portal_for(Path(tmp) / "alone", redis_url, "slaq", args.chunk_seconds) as (
                 portal, api):
-            code = upload(api) if "tenant" in args.kinds else None
+            code = upload(api, args.kinds)
             for kind in args.kinds:
                 for size in args.sizes:
                     (job_id,) = run_jobs(portal, api, [spec(kind, size, code)], args.seconds)
@@ -232,7 +242,7 @@ def main() -> None:
         for policy in args.policies:
             with portal_for(Path(tmp) / f"contended-{policy}", redis_url, policy,
                             args.chunk_seconds) as (portal, api):
-                code = upload(api) if "tenant" in args.kinds else None
+                code = upload(api, args.kinds)
                 for kind in args.kinds:
                     began = time.monotonic()
                     ids = run_jobs(portal, api, [spec(kind, args.contended_size, code, seed)

@@ -72,13 +72,15 @@ class World:
             assert resp.status_code == 201, resp.text
             return int(resp.json()["id"])
 
-    def new_experiment(self, pause: bool = False) -> int:
+    def new_experiment(self, pause: bool = False, cancel: bool = False) -> int:
         with self.client("member") as c:
             resp = c.post("/api/v1/experiments", json=EXPERIMENT)
             assert resp.status_code == 201, resp.text
             experiment = int(resp.json()["id"])
             if pause:
                 assert c.post(f"/api/v1/experiments/{experiment}/pause").status_code == 200
+            if cancel:  # over, so it may be deleted
+                assert c.post(f"/api/v1/experiments/{experiment}/cancel").status_code == 200
         return experiment
 
     @functools.cached_property
@@ -147,11 +149,13 @@ class World:
             session.commit()
         return name
 
-    def new_job(self, pause: bool = False) -> int:
+    def new_job(self, pause: bool = False, cancel: bool = False) -> int:
         with self.client("member") as c:
             job = c.post("/api/v1/jobs", json=JOB_SPEC).json()["id"]
             if pause:
                 assert c.post(f"/api/v1/jobs/{job}/pause").status_code == 200
+            if cancel:  # over, so it may be deleted
+                assert c.post(f"/api/v1/jobs/{job}/cancel").status_code == 200
         return int(job)
 
 
@@ -265,6 +269,19 @@ RULES: dict[tuple[str, str], Case] = {
         tenant_a_job(200)),
     ("POST", "/api/v1/jobs/{job_id}/cancel"): (
         lambda w: ("POST", f"/api/v1/jobs/{w.new_job()}/cancel", None), tenant_a_job(200)),
+    ("PATCH", "/api/v1/jobs/{job_id}"): (
+        lambda w: ("PATCH", f"/api/v1/jobs/{w.new_job()}", {"note": "matrix"}),
+        tenant_a_job(200)),
+    ("DELETE", "/api/v1/jobs/{job_id}"): (
+        lambda w: ("DELETE", f"/api/v1/jobs/{w.new_job(cancel=True)}", None),
+        tenant_a_job(204)),
+    ("PATCH", "/api/v1/experiments/{experiment_id}"): (
+        lambda w: ("PATCH", f"/api/v1/experiments/{w.new_experiment(pause=True)}",
+                   {"note": "matrix"}),
+        tenant_a_job(200)),
+    ("DELETE", "/api/v1/experiments/{experiment_id}"): (
+        lambda w: ("DELETE", f"/api/v1/experiments/{w.new_experiment(cancel=True)}", None),
+        tenant_a_job(204)),
     ("GET", "/api/v1/events"): (lambda w: ("GET", "/api/v1/events", None), signed_in(200)),
     ("GET", "/api/v1/catalog/algorithms"): (
         lambda w: ("GET", "/api/v1/catalog/algorithms", None), everyone(200)),

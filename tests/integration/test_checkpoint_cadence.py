@@ -18,6 +18,9 @@ from tests.integration.test_residency import MLP, job_of, same_losses, uninterru
 from tests.utils.portal import Portal, make_user_token, start_portal
 from tests.utils.waiting import wait_until
 
+# The workers' writes, not the database, are the subject (test_residency runs both).
+pytestmark = pytest.mark.one_database
+
 CADENCE = 1.0
 ITERATIONS = 8000
 

@@ -20,6 +20,9 @@ from backend.core.db import engine_for, session_scope
 from backend.core.models import Job, JobStatus, LossRecord
 from tests.utils.portal import ROOT, Portal, make_user_token, running_portal
 
+# The command line is the subject; test_find_and_label_runs covers both databases.
+pytestmark = pytest.mark.one_database
+
 QUEUED = {"algorithm": "logistic_regression", "dataset": "digits",
           "stopping": {"max_iterations": 100_000, "tolerance": None}}
 

@@ -20,6 +20,9 @@ from backend.core.models import Job
 from tests.utils.portal import Portal, make_user_token, start_portal
 from tests.utils.waiting import wait_until
 
+# The rule and the grants, not the database, are the subject.
+pytestmark = pytest.mark.one_database
+
 FLAT = (1e-6, 1e-5)
 """Learning rates at which an MLP on digits barely moves in 600 iterations."""
 GOOD = (0.1, 0.2, 0.05)

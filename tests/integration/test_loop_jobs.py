@@ -164,6 +164,7 @@ def test_loops_that_take_turns_on_the_slots_reproduce_one_run(
         assert_reproduces(portal, DIGITS, job)
 
 
+@pytest.mark.one_database  # the contracts compared; resumption runs on both databases above
 def test_the_loop_and_the_same_model_as_a_trainer_store_the_same_run(
         portal: Portal, api: httpx.Client) -> None:
     """Both contracts through the same sandbox: the digits loop and its twin
@@ -186,6 +187,7 @@ def test_the_loop_and_the_same_model_as_a_trainer_store_the_same_run(
     assert sorted(evaluations[0]) == [50, 100, 150, 200] and evaluations[1] == evaluations[0]
 
 
+@pytest.mark.one_database  # the text loop; resumption runs on both databases above
 def test_python_docs_loop_trains_a_language_model(portal: Portal, api: httpx.Client) -> None:
     job = submit(api, algorithm=upload(api, PYTHON_DOCS), dataset="python_docs", seed=2,
                  params=SMALL_GRU, eval_every=40,

@@ -15,6 +15,8 @@ from tests.integration.test_end_to_end import submit
 from tests.utils.portal import Portal, make_user_token, running_portal
 from tests.utils.waiting import wait_until
 
+pytestmark = pytest.mark.one_database  # one ranking, not the database, is the subject
+
 LONG = {"algorithm": "logistic_regression", "dataset": "digits",
         "params": {"learning_rate": 0.05},
         "stopping": {"max_iterations": 100_000, "tolerance": None}}
