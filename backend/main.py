@@ -20,6 +20,7 @@ from backend.api import (
     catalog,
     cluster,
     code,
+    continuing,
     datasets,
     docs,
     experiments,
@@ -83,6 +84,7 @@ def create_app() -> FastAPI:
     app.include_router(job_metrics.router)
     app.include_router(experiments.router)
     app.include_router(labels.router)
+    app.include_router(continuing.router)
     app.include_router(pools.router)
     app.include_router(metrics.router)
     app.include_router(what_if.router)

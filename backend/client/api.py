@@ -150,6 +150,15 @@ class SlaqClient:
         """Change a job's or an experiment's (``kind``) name, tags or note."""
         return dict(self._request("PATCH", f"/{kind}s/{run_id}", json=labels))
 
+    def continue_job(self, job_id: int, **change: Any) -> dict[str, Any]:
+        """Continue a finished job (``max_iterations``, ``target_loss``, ``tolerance``)."""
+        return dict(self._request("POST", f"/jobs/{job_id}/continue", json=change))
+
+    def extend_experiment(self, experiment_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        """Add configurations to an experiment (``space`` and/or ``configurations``)."""
+        return dict(self._request("POST", f"/experiments/{experiment_id}/configurations",
+                                  json=body))
+
     def delete(self, kind: str, run_id: int) -> None:
         """Delete a finished job or experiment with its data."""
         self._request("DELETE", f"/{kind}s/{run_id}")

@@ -1,5 +1,5 @@
-"""``slaq login | submit | status | watch | pause | resume | cancel | label |
-delete | checkpoint | export | upload | datasets | code | sweep``: the portal from a
+"""``slaq login | submit | status | watch | pause | resume | cancel | continue |
+label | delete | checkpoint | export | upload | datasets | code | sweep``: the portal from a
 shell, signed in with an API token.
 
 ``slaq login`` stores the portal URL and a fresh API token in
@@ -22,8 +22,8 @@ from backend.client import credentials
 from backend.client.api import SlaqClient, SlaqError
 from backend.core.safe_text import storable
 
-COMMANDS = ("login", "submit", "status", "watch", "pause", "resume", "cancel", "label",
-            "delete", "checkpoint", "export", "upload", "datasets", "code", "sweep")
+COMMANDS = ("login", "submit", "status", "watch", "pause", "resume", "cancel", "continue",
+            "label", "delete", "checkpoint", "export", "upload", "datasets", "code", "sweep")
 """The sub-commands this module handles (``backend.cli`` dispatches them here)."""
 
 FINISHED = ("completed", "failed", "cancelled")
@@ -111,6 +111,25 @@ def _parser() -> argparse.ArgumentParser:
                        ("resume", "resume paused jobs from their checkpoints")):
         control = sub.add_parser(verb, help=what)
         control.add_argument("job_ids", type=int, nargs="+", metavar="job_id")
+
+    more = sub.add_parser("continue", help="continue a finished job from its checkpoint "
+                                           "(more iterations, another stopping rule), or add "
+                                           "configurations to an experiment")
+    more.add_argument("run_id", type=int, metavar="ID")
+    more.add_argument("--max-iterations", type=int, metavar="N",
+                      help="the job's new iteration limit (more than it has done)")
+    more.add_argument("--target-loss", type=_optional_float, metavar="X|none",
+                      default=argparse.SUPPRESS, help="a new target; none removes it")
+    more.add_argument("--tolerance", type=_optional_float, metavar="T|none",
+                      default=argparse.SUPPRESS,
+                      help="a new convergence tolerance; none turns the test off")
+    more.add_argument("--experiment", action="store_true", help="ID is an experiment")
+    more.add_argument("--add", action="append", default=[], metavar="K=V,K=V",
+                      help="(experiment) one configuration: a value for each swept "
+                      "parameter (repeat for several)")
+    more.add_argument("--space", type=Path, metavar="FILE",
+                      help="(experiment) a JSON object of axes to add or widen, as in a "
+                      "sweep spec's space; the experiment's sampler samples it")
 
     label = sub.add_parser("label", help="rename a job or experiment, set its tags or note")
     label.add_argument("run_id", type=int, metavar="ID")
@@ -561,6 +580,56 @@ def _label(args: argparse.Namespace) -> int:
     return 0
 
 
+def _continue(args: argparse.Namespace) -> int:
+    if args.experiment:
+        return _extend(args)
+    if args.add or args.space is not None:
+        raise UsageError("--add and --space add configurations to an experiment: "
+                         "add --experiment")
+    change: dict[str, Any] = {}
+    if args.max_iterations is not None:
+        change["max_iterations"] = args.max_iterations
+    for field in ("target_loss", "tolerance"):
+        if hasattr(args, field):
+            change[field] = getattr(args, field)
+    with _client() as client:
+        job = client.continue_job(args.run_id, **change)
+    stop = job["stopping"]
+    _out(f"job {job['id']} {job['status']}: continues from iteration "
+         f"{job['iterations_done']} to at most {stop['max_iterations']}")
+    return 0
+
+
+def _extend(args: argparse.Namespace) -> int:
+    if args.max_iterations is not None or hasattr(args, "target_loss") or \
+            hasattr(args, "tolerance"):
+        raise UsageError("an experiment gains configurations (--add, --space); continue "
+                         "its jobs one by one with `slaq continue JOB_ID`")
+    body: dict[str, Any] = {}
+    if args.space is not None:
+        try:
+            space = json.loads(args.space.read_text())
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.space}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise UsageError(f"{args.space} is not valid JSON: {exc}") from None
+        if not isinstance(space, dict):
+            raise UsageError(f"{args.space} must hold a JSON object of axes")
+        body["space"] = space
+    if args.add:
+        body["configurations"] = [_pairs([p for p in item.split(",") if p.strip()], "--add")
+                                  for item in args.add]
+    if not body:
+        raise UsageError("nothing to add: give --add K=V,... or --space FILE")
+    with _client() as client:
+        exp = client.extend_experiment(args.run_id, body)
+    added = exp["added"]
+    _out(f"experiment {exp['id']}: {len(added)} job{'s' if len(added) != 1 else ''} added, "
+         f"{len(exp['job_ids'])} in all")
+    _out(" ".join(str(i) for i in added))
+    return 0
+
+
 def _delete(args: argparse.Namespace) -> int:
     kind = _kind(args)
     if not args.yes:
@@ -606,7 +675,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 HANDLERS = {"login": _login, "submit": _submit, "status": _status, "watch": _watch,
-            "pause": _control, "resume": _control, "cancel": _cancel, "label": _label,
+            "pause": _control, "resume": _control, "cancel": _cancel, "continue": _continue,
+            "label": _label,
             "delete": _delete, "checkpoint": _checkpoint, "export": _export,
             "upload": _upload, "datasets": _datasets, "code": _code, "sweep": _sweep}
 

@@ -189,6 +189,13 @@ def _draw(axis: ChoiceAxis | FloatAxis | IntAxis, rng: random.Random) -> Any:
 def job_specs(spec: ExperimentCreate) -> list[tuple[dict[str, Any], JobCreate]]:
     """(sampled values, job spec) per configuration: the fixed parameters
     overlaid with the sampled ones, everything else shared."""
+    return [(values, job_spec(spec, index, values))
+            for index, values in enumerate(configurations(spec), start=1)]
+
+
+def job_spec(spec: ExperimentCreate, index: int, values: dict[str, Any]) -> JobCreate:
+    """The job spec of the experiment's ``index``-th configuration (from 1),
+    whose swept parameters take ``values``."""
     name = spec.name or f"{spec.algorithm} sweep"
     shared: dict[str, Any] = {
         "algorithm": spec.algorithm, "dataset": spec.dataset,
@@ -199,14 +206,10 @@ def job_specs(spec: ExperimentCreate) -> list[tuple[dict[str, Any], JobCreate]]:
     if "eval_every" in spec.model_fields_set:
         # Left out, each job shortens the default to its length as a lone job does.
         shared["eval_every"] = spec.eval_every
-    out = []
-    for index, values in enumerate(configurations(spec), start=1):
-        label = ", ".join(f"{k}={v}" for k, v in values.items())
-        job_name = f"{name} #{index}" + (f": {label}" if label else "")
-        try:
-            job_in = JobCreate.model_validate({**shared, "name": job_name[:200],
-                                               "params": {**spec.params, **values}})
-        except ValueError as exc:
-            raise SpecErrors([SpecError(["quality_metric"], str(exc))]) from None
-        out.append((values, job_in))
-    return out
+    label = ", ".join(f"{k}={v}" for k, v in values.items())
+    job_name = f"{name} #{index}" + (f": {label}" if label else "")
+    try:
+        return JobCreate.model_validate({**shared, "name": job_name[:200],
+                                         "params": {**spec.params, **values}})
+    except ValueError as exc:
+        raise SpecErrors([SpecError(["quality_metric"], str(exc))]) from None

@@ -72,9 +72,10 @@ class World:
             assert resp.status_code == 201, resp.text
             return int(resp.json()["id"])
 
-    def new_experiment(self, pause: bool = False, cancel: bool = False) -> int:
+    def new_experiment(self, pause: bool = False, cancel: bool = False,
+                       short: bool = False) -> int:
         with self.client("member") as c:
-            resp = c.post("/api/v1/experiments", json=EXPERIMENT)
+            resp = c.post("/api/v1/experiments", json=SHORT_EXPERIMENT if short else EXPERIMENT)
             assert resp.status_code == 201, resp.text
             experiment = int(resp.json()["id"])
             if pause:
@@ -282,6 +283,15 @@ RULES: dict[tuple[str, str], Case] = {
     ("DELETE", "/api/v1/experiments/{experiment_id}"): (
         lambda w: ("DELETE", f"/api/v1/experiments/{w.new_experiment(cancel=True)}", None),
         tenant_a_job(204)),
+    # Continued to a short limit, and grown by one short configuration: the
+    # jobs these leave queued do not crowd the slots the trained jobs need.
+    ("POST", "/api/v1/jobs/{job_id}/continue"): (
+        lambda w: ("POST", f"/api/v1/jobs/{w.new_job(cancel=True)}/continue",
+                   {"max_iterations": 50}), tenant_a_job(200)),
+    ("POST", "/api/v1/experiments/{experiment_id}/configurations"): (
+        lambda w: ("POST", f"/api/v1/experiments/"
+                   f"{w.new_experiment(cancel=True, short=True)}/configurations",
+                   {"configurations": [{"learning_rate": 0.3}]}), tenant_a_job(201)),
     ("GET", "/api/v1/events"): (lambda w: ("GET", "/api/v1/events", None), signed_in(200)),
     ("GET", "/api/v1/catalog/algorithms"): (
         lambda w: ("GET", "/api/v1/catalog/algorithms", None), everyone(200)),
