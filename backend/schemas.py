@@ -172,6 +172,12 @@ class JobPublic(BaseModel):
                                 "rule (end_reason says why); resumable by hand")
     trainer_output: str = Field("", description="The end (at most 64 KiB) of what uploaded "
                                 "trainer code printed in its last chunk; empty for others")
+    text_sample: str | None = Field(None, description="The text the model generated at its "
+                                    "latest evaluation (char_transformer: a sample continuing "
+                                    "the start of its text, at most 1000 characters); null for "
+                                    "trainers that generate none. Plain text, never markup")
+    text_sample_iteration: int | None = Field(None, description="The iteration of that "
+                                              "evaluation")
     residency: JobResidency | None = Field(None, description="Where its trainer was found "
                                            "chunk by chunk (resident or restored)")
 

@@ -80,6 +80,7 @@ class _Run:
     points: list[Point] = field(default_factory=list)
     metrics: list[Sample] = field(default_factory=list)
     evaluations: list[Sample] = field(default_factory=list)
+    text_sample: tuple[int, str] | None = None
     output: str | None = None
     verdict: Verdict | None = None
     iteration: int = 0
@@ -233,7 +234,7 @@ def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, res: Resident, ho
                             initial=job.initial_loss, eval_every=job.eval_every,
                             quality_history=quality_history)
     run = _Run(points=result.points, metrics=result.metrics, evaluations=result.evaluations,
-               verdict=result.verdict, iteration=result.iteration,
+               text_sample=result.text_sample, verdict=result.verdict, iteration=result.iteration,
                output=_output_of(trainer), trainer=res,
                resident=how == "resident", restored=how == "restored")
     if result.stopped:
@@ -425,6 +426,11 @@ def _progress_values(current: Job, run: _Run) -> dict[str, Any]:
         iteration, metrics = run.evaluations[-1]
         values["last_eval"] = dict({storable(k): v for k, v in metrics.items()},
                                    iteration=iteration)
+    if run.text_sample is not None:
+        # Generated text: stored as text (control characters made visible),
+        # shown on the job page as text, never as markup.
+        values["sample_iteration"], text = run.text_sample
+        values["sample_text"] = storable(text)
     if run.output is not None:
         # Tenant text: a lone surrogate or NUL would make the commit itself
         # fail (outside the job's error handling), and ESC would reach terminals.

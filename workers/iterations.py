@@ -28,6 +28,9 @@ Point = tuple[int, float, float]
 Sample = tuple[int, Metrics]
 """Metrics taken at one iteration."""
 
+TEXT_SAMPLE_MAX = 1000
+"""Most characters of a trainer's text sample kept (the rest is cut off)."""
+
 BATCH_SECONDS = 0.1
 """How long one step() call of a batched trainer should take: long enough that a
 pipe round trip (~0.4 ms) costs under 1% of it, short enough to keep the lease
@@ -45,6 +48,8 @@ class Iterations:
     """Per-iteration metrics other than the loss, for iterations that had any."""
     evaluations: list[Sample] = field(default_factory=list)
     """Held-out metrics, every ``eval_every`` iterations and at a completed end."""
+    text_sample: tuple[int, str] | None = None
+    """The latest evaluation's text sample (``Trainer.text_sample``) and its iteration."""
     verdict: Verdict | None = None
     stopped: bool = False
     """``on_tick`` asked to stop before the run was over."""
@@ -173,6 +178,13 @@ def _evaluate(trainer: Trainer, run: Iterations, judge: _Judge) -> None:
         return
     started = time.perf_counter()
     metrics = clean_metrics(trainer.evaluate(), where=f"evaluate at iteration {run.iteration}")
+    sampler = getattr(trainer, "text_sample", None)
+    text = sampler() if callable(sampler) else None
+    if text is not None:
+        if not isinstance(text, str):
+            raise ValueError(f"text_sample at iteration {run.iteration} must return a str or "
+                             f"None, got {type(text).__name__}")
+        run.text_sample = (run.iteration, text[:TEXT_SAMPLE_MAX])
     if run.points:
         # Evaluation is training time too: it is what the job spends.
         it, loss, seconds = run.points[-1]

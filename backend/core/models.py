@@ -148,6 +148,11 @@ class Job(SQLModel, table=True):
     latest start on a slot plus writing its state (the last save)."""
     note: str = Field(default="", max_length=NOTE_MAX)
     """The owner's free-text note on the run (labels: :mod:`backend.services.labels`)."""
+    sample_text: str = ""
+    """The text the model generated at its latest evaluation (a language model's
+    sample, ``Trainer.text_sample``); empty for trainers that generate none."""
+    sample_iteration: int | None = None
+    """The iteration of that evaluation."""
 
 
 class JobTag(SQLModel, table=True):

@@ -11,7 +11,7 @@ import pytest
 from backend.scheduling.trace import load_trace
 from backend.simulation.record import SMALL_RUNS, RunSpec, record_curve
 from workers.datasets import load_dataset
-from workers.iterations import Iterations, run_iterations
+from workers.iterations import TEXT_SAMPLE_MAX, Iterations, run_iterations
 from workers.stopping import StopRule
 from workers.trainers.contract import Metrics, NoParams, Trainer, TrainingData
 from workers.trainers.registry import make_trainer, restore_trainer
@@ -243,3 +243,35 @@ def test_a_step_that_breaks_the_contract_is_an_error() -> None:
 
     run = run_iterations(NoLoss([]), StopRule(max_iterations=10), 10, keep_going)
     assert isinstance(run.error, ValueError) and "no 'loss'" in str(run.error)
+
+
+class _Writer(Trainer):
+    """Steps a constant loss; evaluates and writes a text naming the iteration."""
+
+    name = "writer"
+
+    def step(self, n: int) -> list[dict[str, float]]:
+        self.iteration += n
+        return [{"loss": 1.0}] * n
+
+    def evaluate(self) -> dict[str, float]:
+        return {"val_loss": 1.0}
+
+    def text_sample(self) -> str | None:
+        return f"at {self.iteration} " + "x" * 2000
+
+    def state(self) -> bytes:
+        return b""
+
+    def restore(self, blob: bytes) -> None:
+        pass
+
+
+def test_each_evaluation_takes_the_trainers_text_sample_bounded() -> None:
+    trainer = _Writer(NoParams(), TrainingData(name="t", task="text", text="abc"), 0)
+    run = run_iterations(trainer, StopRule(max_iterations=25), 25, lambda _run: True,
+                         eval_every=10)
+    assert [i for i, _ in run.evaluations] == [10, 20, 25], "and at the completed end"
+    assert run.text_sample is not None
+    iteration, text = run.text_sample
+    assert iteration == 25 and text.startswith("at 25 ") and len(text) == TEXT_SAMPLE_MAX

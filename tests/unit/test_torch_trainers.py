@@ -367,3 +367,25 @@ def test_committed_torch_trace_covers_every_trainer() -> None:
     assert {c.algorithm for c in trace.curves} == {cls.name for cls in TRAINERS}
     for curve in trace.curves:
         assert curve.final_loss < 0.7 * curve.initial_loss, curve.id
+
+
+def test_transformer_text_sample_is_its_own_draw(text: TrainingData) -> None:
+    """A sample continues the text's start, is the same for the same model,
+    changes as the model learns, and never changes the training run."""
+    sampled = _make(CharTransformer, text, learning_rate=0.01)
+    plain = _make(CharTransformer, text, learning_rate=0.01)
+    first = sampled.text_sample()
+    assert first is not None
+    prompt = (text.text or "")[:16].split("\n")[0]
+    assert first.startswith(prompt) and len(first) == len(prompt) + 120
+    assert sampled.text_sample() == first, "deterministic for one model"
+    assert set(first[len(prompt):]) <= set(text.text or ""), "only characters of the text"
+    losses = _losses(sampled.step(40))
+    later = sampled.text_sample()
+    assert later != first, "a trained model writes something else"
+    assert losses == _losses(plain.step(40)), "sampling left the training run alone"
+    assert _losses(sampled.step(5)) == _losses(plain.step(5))
+
+
+def test_tabular_trainers_have_no_text_sample(digits: TrainingData) -> None:
+    assert _make(TorchMlp, digits).text_sample() is None

@@ -127,6 +127,13 @@ class Trainer(ABC):
         """Held-out metrics for the current model; empty when there are none."""
         return {}
 
+    def text_sample(self) -> str | None:
+        """A short text the current model generates (a language model's
+        sample), taken after each evaluation and shown on the job page; None
+        when the trainer has none. Like ``evaluate()``, it must not change the
+        training run (no draw from the training generator)."""
+        return None
+
     @abstractmethod
     def state(self) -> bytes:
         """The full training state as bytes (never a pickle of code)."""

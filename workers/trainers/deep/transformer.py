@@ -22,6 +22,13 @@ from workers.trainers.deep.base import TorchTrainer
 
 EVAL_WINDOWS = 64
 """Most validation windows evaluate() scores, so evaluation cost stays bounded."""
+SAMPLE_CHARS = 120
+"""Characters text_sample() generates after its prompt."""
+SAMPLE_PROMPT = 16
+"""Most characters of the text's start that prompt the sample."""
+SAMPLE_TEMPERATURE = 0.8
+"""Below 1: likelier characters are favoured, so an early model's sample is
+less noise than its raw distribution, a trained one's still varied."""
 MIN_TEXT = 3
 """Fewest characters to train on: one window of two characters and its target."""
 
@@ -156,6 +163,32 @@ class CharTransformer(TorchTrainer):
         self.optimizer.step()
         value = float(loss.item())
         return {"loss": value, "bits_per_char": value / math.log(2)}
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of token ids; the unknown-character id reads as U+FFFD."""
+        return "".join(chr(int(self.vocabulary[i - 1])) if i > 0 else "\ufffd" for i in ids)
+
+    def text_sample(self) -> str:
+        """The start of the text (up to ``SAMPLE_PROMPT`` characters, cut at its
+        first line break) continued by ``SAMPLE_CHARS`` sampled characters.
+        Drawn with a generator of its own, seeded by the job's seed, so
+        sampling never changes the training run and one model's sample is
+        the same on every device it runs on."""
+        text = self.data.text or ""
+        prompt = text[:SAMPLE_PROMPT].split("\n")[0] or text[:1]
+        ids = self.encode(prompt).tolist()
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed(self.seed)
+        self.model.eval()
+        with torch.no_grad():
+            for _ in range(SAMPLE_CHARS):
+                window = torch.tensor([ids[-self.context:]], dtype=torch.long, device=self.device)
+                logits = self.model(window)[0, -1].float().cpu() / SAMPLE_TEMPERATURE
+                logits[0] = float("-inf")  # never the unknown-character id
+                probs = torch.softmax(logits, dim=-1)
+                ids.append(int(torch.multinomial(probs, 1, generator=generator).item()))
+        self.model.train()
+        return self.decode(ids)
 
     def evaluate(self) -> Metrics:
         """Loss on evenly spaced validation windows: the same windows every time

@@ -153,6 +153,91 @@ function renderActions(exp) {
   );
 }
 
+/**
+ * "Add configurations": one per line, `name=value` for each swept parameter,
+ * sent as POST /api/v1/experiments/{id}/configurations. The server adds
+ * those the experiment does not hold yet and says what is wrong otherwise.
+ */
+function addForm() {
+  const text = h("textarea", { id: "add-configurations", rows: "3", "aria-describedby": "add-help" });
+  const form = h(
+    "form",
+    { id: "add-form", class: "stack" },
+    h("h2", { id: "add-title" }, "Add configurations"),
+    h("label", { for: "add-configurations" }, "Configurations, one per line"),
+    text,
+    h("span", { class: "small subtle", id: "add-help" }),
+    h("div", { class: "btn-row" }, h("button", { type: "submit", class: "btn", id: "add-submit" }, "Add configurations")),
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    addConfigurations();
+  });
+  return h("section", { class: "panel", id: "experiment-add", "aria-labelledby": "add-title" }, form);
+}
+
+/** A value as typed: a number, true/false, or else the text itself. */
+function typed(raw) {
+  const t = raw.trim();
+  if (t === "true" || t === "false") return t === "true";
+  if (t !== "" && Number.isFinite(Number(t))) return Number(t);
+  return t;
+}
+
+function parseConfigurations(text) {
+  return text.split("\n").map((line) => line.trim()).filter(Boolean).map((line, i) => {
+    const values = {};
+    for (const part of line.split(",").map((p) => p.trim()).filter(Boolean)) {
+      const at = part.indexOf("=");
+      if (at <= 0) throw new Error(`line ${i + 1}: write name=value, got "${part}"`);
+      values[part.slice(0, at).trim()] = typed(part.slice(at + 1));
+    }
+    return values;
+  });
+}
+
+async function addConfigurations() {
+  const message = $("#experiment-message");
+  let configurations;
+  try {
+    configurations = parseConfigurations($("#add-configurations").value);
+  } catch (err) {
+    clear(message, notice("error", `Could not add configurations: ${err.message}`));
+    return;
+  }
+  if (!configurations.length) {
+    clear(message, notice("error", "Could not add configurations: write at least one line."));
+    return;
+  }
+  const button = $("#add-submit");
+  button.disabled = true;
+  state.busy = true;
+  try {
+    const grown = await api(`/api/v1/experiments/${EXPERIMENT_ID}/configurations`, { method: "POST", body: { configurations } });
+    const n = grown.added.length;
+    clear(message, notice("success", `Added ${n} configuration${n === 1 ? "" : "s"}: ${grown.added.map((id) => `#${id}`).join(", ")}, queued.`));
+    $("#add-configurations").value = "";
+    await refresh();
+  } catch (err) {
+    clear(message, notice("error", `Could not add configurations: ${err.message}`));
+  } finally {
+    button.disabled = false;
+    state.busy = false;
+  }
+}
+
+/** The help under the form, naming this experiment's swept parameters. */
+function renderAddHelp(exp) {
+  const names = Object.keys(exp.space || {});
+  const example = names.map((k) => `${k}=…`).join(", ");
+  $("#add-configurations").placeholder = names.length ? example : "";
+  clear($("#add-help"), names.length
+    ? ["A value for each swept parameter (", h("code", {}, names.join(", ")), "), e.g. ", h("code", {}, example),
+        ". Each configuration the experiment does not hold yet becomes a queued run. To widen a range or add a parameter, see ",
+        h("a", { href: "/help/runs" }, "Continuing runs"), "."]
+    : "This experiment sweeps no parameter: widen its search space through the API or slaq.");
+}
+
 function renderHead(exp) {
   document.title = `${exp.name || `Experiment #${exp.id}`} · SLAQ portal`;
   clear($("#experiment-title"), exp.name || `Experiment #${exp.id}`);
@@ -163,6 +248,7 @@ function renderHead(exp) {
   $("#experiment-stopping").replaceWith(renderStopping(exp));
   const focused = document.activeElement && document.activeElement.id;
   $("#experiment-actions").replaceWith(renderActions(exp));
+  renderAddHelp(exp);
   if (focused && focused.startsWith("exp-")) document.getElementById(focused)?.focus();
 }
 
@@ -230,6 +316,7 @@ function skeleton(root) {
       h("div", { id: "experiment-actions" }),
     ),
     h("div", { id: "experiment-labels" }),
+    addForm(),
     h("div", { id: "experiment-compare" }),
   );
 }

@@ -110,8 +110,10 @@ function skeleton(root) {
         h("button", { type: "button", class: "btn btn-danger", id: "btn-cancel", onClick: () => control("cancel") }, "Cancel"),
         h("a", { class: "btn", href: `/submit?clone=${JOB_ID}`, id: "btn-clone" }, "Clone"),
         h("button", { type: "button", class: "btn", id: "btn-model", onClick: downloadModel }, "Download model"),
+        h("button", { type: "button", class: "btn", id: "btn-continue", onClick: openContinue }, "Continue training"),
       ),
     ),
+    continueForm(),
     h("div", { id: "control-message", "aria-live": "polite" }),
     h("div", { id: "job-outcome" }),
     h("div", { id: "job-labels" }),
@@ -154,6 +156,13 @@ function skeleton(root) {
         h("div", { id: "metrics-chart", class: "chart", role: "img", "aria-label": "Training and validation metrics other than the loss, by iteration" }),
         h("p", { id: "metrics-note", class: "small subtle", "aria-live": "polite" }),
       ),
+    ),
+    h(
+      "section",
+      { class: "panel", id: "sample-panel", "aria-labelledby": "sample-title", hidden: true },
+      h("h2", { id: "sample-title" }, "Generated text"),
+      h("p", { class: "small subtle", id: "sample-note" }),
+      h("pre", { class: "mono sample-text", id: "sample-text", "data-testid": "text-sample" }),
     ),
     h(
       "section",
@@ -212,6 +221,14 @@ function renderJob() {
   $("#btn-pause").disabled = !["queued", "running"].includes(job.status);
   $("#btn-resume").disabled = job.status !== "paused";
   $("#btn-cancel").disabled = TERMINAL.has(job.status);
+  const continuable = CONTINUABLE.has(job.status);
+  $("#btn-continue").disabled = !continuable;
+  $("#btn-continue").title = continuable
+    ? "Train on from its last checkpoint with more iterations or another stopping rule"
+    : job.status === "failed"
+      ? "A failed job would fail the same way from its checkpoint: clone it instead"
+      : "Only a finished job (completed or cancelled) can be continued";
+  if (!continuable) $("#continue-form").hidden = true;
   const model = $("#btn-model");
   model.disabled = job.iterations_done === 0;
   // The file's format is the trainer's (numpy .npz, PyTorch .pt, or a
@@ -241,6 +258,8 @@ function renderJob() {
   } else {
     clear(outcome);
   }
+
+  renderSample(job);
 
   // Uploaded trainer code's own prints: where its author looks first when
   // the job fails (shown open then) or behaves oddly.
@@ -330,6 +349,22 @@ function renderJob() {
   add("Started", formatTime(job.started_at));
   add("Finished", formatTime(job.finished_at));
   clear($("#job-spec"), kv);
+}
+
+/**
+ * The text a language model generated at its latest evaluation. Set as
+ * textContent: whatever the model writes (markup included) shows as the
+ * characters it is, never as HTML.
+ */
+function renderSample(job) {
+  const panel = $("#sample-panel");
+  const text = job.text_sample;
+  panel.hidden = text === null || text === undefined;
+  if (panel.hidden) return;
+  $("#sample-note").textContent = `Sampled from the model at its evaluation at iteration ${formatNumber(job.text_sample_iteration)}: `
+    + "the start of its text, continued one character at a time. A new sample comes with every evaluation.";
+  const pre = $("#sample-text");
+  if (pre.textContent !== text) pre.textContent = text;
 }
 
 // The latest evaluation's values (val_loss first), or a word on why there are none.
@@ -773,6 +808,98 @@ function renderLabels() {
     },
     afterDelete: () => window.location.assign(`/jobs?deleted=${job.id}`),
   }));
+}
+
+// ---- continuing a finished job (POST /api/v1/jobs/{id}/continue) ----
+
+const CONTINUABLE = new Set(["completed", "cancelled"]);
+
+function continueForm() {
+  const field = (id, label, input, help) => h(
+    "div",
+    { class: "field" },
+    h("label", { for: id }, label),
+    input,
+    help ? h("span", { class: "small subtle", id: `${id}-help` }, help) : null,
+  );
+  const form = h(
+    "form",
+    { id: "continue-form", class: "panel stack", hidden: true, "aria-labelledby": "continue-title" },
+    h("h2", { id: "continue-title" }, "Continue training"),
+    h("p", { class: "small subtle" },
+      "The job trains on from its last checkpoint, its loss history kept; it is queued again and counts against your team's quotas like a new job."),
+    h(
+      "div",
+      { class: "grid-3" },
+      field("continue-max", "Max iterations",
+        h("input", { id: "continue-max", name: "max_iterations", type: "number", min: "1", step: "1", required: true, "aria-describedby": "continue-max-help" }),
+        "More than the iterations it has done (the server says why if not)"),
+      field("continue-target", "Target",
+        h("input", { id: "continue-target", name: "target_loss", inputmode: "decimal", placeholder: "none", "aria-describedby": "continue-target-help" }),
+        "Empty: no target"),
+      field("continue-tolerance", "Convergence tolerance",
+        h("input", { id: "continue-tolerance", name: "tolerance", inputmode: "decimal", placeholder: "off", "aria-describedby": "continue-tolerance-help" }),
+        "Empty: no convergence test"),
+    ),
+    h(
+      "div",
+      { class: "btn-row" },
+      h("button", { type: "submit", class: "btn btn-primary", id: "continue-submit" }, "Continue"),
+      h("button", { type: "button", class: "btn", id: "continue-close", onClick: () => { $("#continue-form").hidden = true; } }, "Close"),
+    ),
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    submitContinue();
+  });
+  return form;
+}
+
+/** The form, filled from the job: twice the iterations it has done, its target and tolerance. */
+function openContinue() {
+  const job = state.job;
+  const s = job.stopping;
+  $("#continue-max").value = String(Math.max(s.max_iterations, job.iterations_done) * 2);
+  $("#continue-target").value = s.target_loss === null ? "" : String(s.target_loss);
+  $("#continue-tolerance").value = s.tolerance === null ? "" : String(s.tolerance);
+  $("#continue-form").hidden = false;
+  $("#continue-max").focus();
+}
+
+function optionalNumber(text) {
+  const t = text.trim();
+  return t === "" ? null : Number(t);
+}
+
+async function submitContinue() {
+  const message = $("#control-message");
+  const button = $("#continue-submit");
+  const body = {
+    max_iterations: Number($("#continue-max").value),
+    target_loss: optionalNumber($("#continue-target").value),
+    tolerance: optionalNumber($("#continue-tolerance").value),
+  };
+  for (const [name, value] of Object.entries(body)) {
+    if (value !== null && !Number.isFinite(value)) {
+      clear(message, notice("error", `Could not continue the job: ${name} must be a number.`));
+      return;
+    }
+  }
+  button.disabled = true;
+  try {
+    const askedAt = performance.now();
+    takeJob(await api(`/api/v1/jobs/${JOB_ID}/continue`, { method: "POST", body }), askedAt);
+    $("#continue-form").hidden = true;
+    clear(message, notice("success",
+      `Job continued: queued to train from iteration ${formatNumber(state.job.iterations_done)} to at most ${formatNumber(state.job.stopping.max_iterations)}.`));
+  } catch (err) {
+    clear(message, notice("error", `Could not continue the job: ${err.message}`));
+    return;
+  } finally {
+    button.disabled = false;
+  }
+  renderJob();
+  afterStatusChange();
 }
 
 async function control(action) {
