@@ -131,13 +131,15 @@ def test_compare_view_overlays_smooths_and_tabulates_selected_runs(
         assert raw_val[job_id]["x"] == val[job_id]["iterations"]
         assert raw_val[job_id]["y"] == pytest.approx(val[job_id]["values"])
 
-    # The parameter table marks the one parameter the runs differ in.
+    # The parameter table marks the one parameter the runs differ in; the
+    # ones they share are folded into one line.
     table = page.locator("#compare-table")
     expect(table.locator("tbody tr")).to_have_count(3)
     expect(table.locator("th.diff")).to_have_count(1)
     expect(table.locator("th.diff")).to_have_attribute("data-key", "param:learning_rate")
     expect(table.locator("td.diff")).to_have_count(3)
-    expect(table.locator("th[data-key='param:l2']")).not_to_have_class(re.compile("diff"))
+    expect(table.locator("th[data-key='param:l2']")).to_have_count(0)
+    expect(page.get_by_test_id("same-params")).to_contain_text("l2=1e-4")
 
     # Sorting by the final val_loss, both ways.
     finals = {i: val[i]["values"][-1] for i in ids}

@@ -1,8 +1,11 @@
 // Runs side by side, for the compare page and the experiment page: their
-// curves overlaid (smoothed, with the raw curve faint behind), a parameter
-// table that marks the parameters the runs differ in, sortable by any
-// column, a Top-K filter, and a parallel-coordinates plot of the parameters
-// against the final value of the chosen metric.
+// curves overlaid (smoothed, with the raw curve faint behind; a log axis
+// chosen as on the job page; legend names short: the run's number and the
+// parameters it differs in), a table led by the compared metric whose
+// parameter columns are those the runs differ in (the ones they share are
+// folded into one line), sortable by any column, a Top-K filter, and a
+// parallel-coordinates plot of the differing parameters against the final
+// value of the chosen metric (missing values drawn apart, below each axis).
 //
 // `createCompare(root, options).update(jobs)` takes JobPublic-like objects
 // (id, name, status, params, iterations_done, elapsed_seconds, ...); curves
@@ -75,33 +78,72 @@ function goodnessColor(t) {
   return `rgb(${a.map((v, k) => Math.round(v + f * (b[k] - v))).join(",")})`;
 }
 
+const LOG_RATIO = 50; // max/min beyond which a log axis reads better (as on the job page)
+const LOG_MIN_POINTS = 5;
+const MISSING_AT = -0.16; // a missing value's place: below every axis, apart from its lowest value
+const SHORT_NAME = 28; // characters of a legend name after the run's number
+
+function isMissing(v) {
+  return v === null || v === undefined || (typeof v === "number" && !Number.isFinite(v));
+}
+
+/** Round numbers between lo and hi for an axis's ticks: 1, 2 or 5 times a power of ten. */
+function niceTicks(lo, hi, count = 4) {
+  const raw = (hi - lo) / count;
+  const power = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw) || raw;
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)));
+  return out;
+}
+
 /**
- * One axis of the parallel coordinates: where each run sits on it (0..1),
- * its value in words, and a few labelled ticks. Numbers spread over more than
- * two decades go on a log scale; anything else is a set of levels.
+ * One axis of the parallel coordinates: where each run sits on it (0..1, or
+ * MISSING_AT for a run without a value, so a missing value never reads as
+ * the lowest), its value in words, and labelled ticks: the two ends and
+ * round values between them (decades on a log axis), never crowding the
+ * ends. Numbers spread over more than two decades go on a log scale;
+ * anything else is a set of levels.
  */
 function axisFor(label, values) {
-  const numeric = values.length > 0 && values.every((v) => typeof v === "number" && Number.isFinite(v));
+  const present = values.filter((v) => !isMissing(v));
+  const gap = present.length < values.length;
+  const numeric = present.length > 0 && present.every((v) => typeof v === "number");
+  const missingTick = gap ? [{ at: MISSING_AT, text: "missing", missing: true }] : [];
   if (numeric) {
-    const lo = Math.min(...values);
-    const hi = Math.max(...values);
+    const lo = Math.min(...present);
+    const hi = Math.max(...present);
     const log = lo > 0 && hi / lo >= 100;
     const f = log ? Math.log10 : (v) => v;
     const span = f(hi) - f(lo);
     const at = (v) => (span > 0 ? (f(v) - f(lo)) / span : 0.5);
-    const ticks = span > 0
-      ? [{ at: 0, text: formatValue(lo) }, { at: 1, text: formatValue(hi) }]
-      : [{ at: 0.5, text: formatValue(lo) }];
-    return { label: log ? `${label} (log)` : label, position: (row) => at(values[row]), text: (row) => formatValue(values[row]), raw: (row) => values[row], ticks };
+    let ticks = [{ at: span > 0 ? 0 : 0.5, text: formatValue(lo) }];
+    if (span > 0) {
+      const first = Math.ceil(Math.log10(lo));
+      const inner = log
+        ? Array.from({ length: Math.max(0, Math.floor(Math.log10(hi)) - first + 1) }, (_, k) => 10 ** (first + k))
+        : niceTicks(lo, hi);
+      const between = inner.map((v) => ({ at: at(v), text: formatValue(v) })).filter((t) => t.at > 0.12 && t.at < 0.88);
+      // At most three labels between the ends, evenly picked.
+      const every = Math.ceil(between.length / 3) || 1;
+      ticks = [...ticks, ...between.filter((_, k) => k % every === 0), { at: 1, text: formatValue(hi) }];
+    }
+    return {
+      label: log ? `${label} (log)` : label,
+      position: (row) => (isMissing(values[row]) ? MISSING_AT : at(values[row])),
+      text: (row) => (isMissing(values[row]) ? "missing" : formatValue(values[row])),
+      raw: (row) => (isMissing(values[row]) ? null : values[row]),
+      ticks: [...ticks, ...missingTick],
+    };
   }
-  const levels = [...new Set(values.map(paramText))].sort((a, b) => a.localeCompare(b, "en", { numeric: true }));
+  const levels = [...new Set(present.map(paramText))].sort((a, b) => a.localeCompare(b, "en", { numeric: true }));
   const at = (text) => (levels.length > 1 ? levels.indexOf(text) / (levels.length - 1) : 0.5);
   return {
     label,
-    position: (row) => at(paramText(values[row])),
-    text: (row) => paramText(values[row]),
+    position: (row) => (isMissing(values[row]) ? MISSING_AT : at(paramText(values[row]))),
+    text: (row) => (isMissing(values[row]) ? "missing" : paramText(values[row])),
     raw: (row) => values[row] ?? null,
-    ticks: levels.map((text) => ({ at: at(text), text })),
+    ticks: [...levels.map((text) => ({ at: at(text), text })), ...missingTick],
   };
 }
 
@@ -112,6 +154,8 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
     metric: objective ? objective.metric : "loss",
     smoothing: 0.6,
     log: false,
+    logChosen: false, // the user ticked or unticked "Log scale": no more automatic choice
+    showSame: false, // the parameters every run shares shown as columns too
     x: "iteration",
     topK: 0, // 0: all
     sort: { key: "id", dir: 1 },
@@ -135,6 +179,7 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
   const chart = h("div", { id: "compare-chart", class: "chart", role: "img", "aria-label": "Curves of the compared runs" });
   const chartNote = h("p", { class: "small subtle", id: "compare-chart-note" });
   const tableBox = h("div", { class: "table-wrap", id: "compare-table-wrap" });
+  const sameBox = h("p", { class: "small", id: "compare-same" });
   const parcoords = h("div", { id: "compare-parcoords", class: "chart", role: "img", "aria-label": "Parameters against the final metric" });
   const parNote = h("p", { class: "small subtle", id: "compare-parcoords-note" });
 
@@ -162,7 +207,8 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
       "section",
       { class: "panel", "aria-labelledby": "cmp-table-h" },
       h("h2", { id: "cmp-table-h" }, "Parameters and results"),
-      h("p", { class: "small subtle" }, "Highlighted columns are the parameters the runs differ in. Select a heading to sort."),
+      h("p", { class: "small subtle" }, "The compared metric first, then the parameters the runs differ in (highlighted). Select a heading to sort."),
+      sameBox,
       tableBox,
     ),
     h(
@@ -185,6 +231,7 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
   });
   logBox.addEventListener("change", () => {
     state.log = logBox.checked;
+    state.logChosen = true;
     drawCurves();
   });
   xSelect.addEventListener("change", () => {
@@ -294,6 +341,54 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
     topSelect.value = String(state.topK);
   }
 
+  /**
+   * Log when every shown value of the metric is positive and they span more
+   * than LOG_RATIO, the job page's rule; asked again for each metric until
+   * the user sets the box.
+   */
+  function wantsLog() {
+    let lo = Infinity;
+    let hi = -Infinity;
+    let n = 0;
+    for (const job of shownJobs()) {
+      for (const y of state.curves.get(job.id)?.series.get(state.metric)?.ys || []) {
+        if (!Number.isFinite(y)) continue;
+        if (y <= 0) return false;
+        lo = Math.min(lo, y);
+        hi = Math.max(hi, y);
+        n += 1;
+      }
+    }
+    return n >= LOG_MIN_POINTS && hi / lo > LOG_RATIO;
+  }
+
+  /**
+   * A legend name: the run's number and the fewest facts that tell it from
+   * the other runs ("#12 learning_rate=0.1", "#7 kmeans"), picked greedily:
+   * first the fact that sets it apart from the most runs (its algorithm or
+   * dataset where those differ, then its parameters); else its name. Cut
+   * short; the full name is in the hover text and the table.
+   */
+  function shortName(job, diff) {
+    const facts = [
+      { get: (j) => j.algorithm, show: (v) => String(v) },
+      { get: (j) => j.dataset, show: (v) => String(v) },
+      ...[...diff].map((k) => ({ get: (j) => j.params?.[k], show: (v) => `${k}=${paramText(v)}` })),
+    ].filter((f) => !isMissing(f.get(job)));
+    let others = state.jobs.filter((j) => j.id !== job.id);
+    const parts = [];
+    while (others.length && facts.length) {
+      const apart = (f) => others.filter((j) => !sameValue(f.get(j), f.get(job))).length;
+      const best = facts.reduce((a, b) => (apart(b) > apart(a) ? b : a));
+      if (apart(best) === 0) break;
+      parts.push(best.show(best.get(job)));
+      others = others.filter((j) => sameValue(best.get(j), best.get(job)));
+      facts.splice(facts.indexOf(best), 1);
+    }
+    const text = parts.length ? parts.join(", ") : jobTitle(job);
+    return `#${job.id} ${text.length > SHORT_NAME ? `${text.slice(0, SHORT_NAME - 1)}…` : text}`;
+  }
+
   function secondsPerIteration(job) {
     return job.iterations_done > 0 && job.elapsed_seconds ? job.elapsed_seconds / job.iterations_done : null;
   }
@@ -301,7 +396,12 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
   function drawCurves() {
     const c = chartColors();
     const traces = [];
+    const diff = differing(paramKeys());
     let missingTime = false;
+    if (!state.logChosen) {
+      state.log = wantsLog();
+      logBox.checked = state.log;
+    }
     for (const job of shownJobs()) {
       const s = state.curves.get(job.id)?.series.get(state.metric);
       if (!s || !s.xs.length) continue;
@@ -315,7 +415,8 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
         xs = s.xs.map((i) => i * spi);
       }
       const color = colourOf(job);
-      const label = `#${job.id} ${jobTitle(job)}`;
+      const label = shortName(job, diff);
+      const full = `#${job.id} ${jobTitle(job)}`.replace(/[<>&]/g, (ch) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;" })[ch]);
       traces.push({
         x: xs, y: s.ys, type: "scatter", mode: "lines", name: `${label} (raw)`,
         legendgroup: String(job.id), showlegend: false, hoverinfo: "skip",
@@ -325,7 +426,7 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
       traces.push({
         x: xs, y: ys, type: "scatter", mode: s.xs.length <= 40 ? "lines+markers" : "lines", name: label,
         legendgroup: String(job.id), line: { color, width: 2 }, marker: { size: 4, color },
-        customdata: ys.map(formatValue), hovertemplate: `${label}: %{customdata}<extra></extra>`,
+        customdata: ys.map(formatValue), hovertemplate: `${full}: %{customdata}<extra></extra>`,
         meta: { job: job.id, kind: "smooth" },
       });
     }
@@ -339,6 +440,8 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
       }),
       yaxis: valueAxis({
         title: { text: state.metric }, type: state.log ? "log" : "linear",
+        // As on the job page: a label at every decade and at 2 and 5 times it.
+        dtick: state.log ? "D2" : null, tickformat: state.log ? "~g" : "",
         zeroline: false, automargin: true, visible: !empty,
       }),
       legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
@@ -353,7 +456,11 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
     const notes = [];
     if (state.x === "time") notes.push("Time is each run's training seconds, spread evenly over its iterations (its average seconds per iteration).");
     if (missingTime) notes.push("Runs that have not trained yet have no time axis and are left out.");
-    if (state.log) notes.push("Log scale leaves out values at or below zero.");
+    if (state.log) {
+      notes.push(state.logChosen
+        ? "Log scale leaves out values at or below zero."
+        : `Log scale, chosen as on the job page: the values span more than ${LOG_RATIO} times; untick it for a linear axis.`);
+    }
     chartNote.textContent = notes.join(" ");
   }
 
@@ -379,17 +486,22 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
   }
 
   function drawTable() {
-    const keys = paramKeys();
-    const diff = differing(keys);
+    const all = paramKeys();
+    const diff = differing(all);
+    // With one run nothing differs: every parameter stays a column then.
+    const fold = state.jobs.length > 1 && !state.showSame;
+    const keys = fold ? all.filter((k) => diff.has(k)) : all;
+    const same = all.filter((k) => !diff.has(k));
     const otherMetrics = metricNames().filter((m) => m !== state.metric);
     const columns = [
       { key: "id", label: "Run" },
+      { key: "final", label: `Final ${state.metric}`, num: true },
+      ...keys.map((k) => ({ key: `param:${k}`, label: k, param: k, diff: diff.has(k) })),
       { key: "status", label: "Status" },
       { key: "iterations", label: "Iterations", num: true },
-      ...keys.map((k) => ({ key: `param:${k}`, label: k, param: k, diff: diff.has(k) })),
-      { key: "final", label: `Final ${state.metric}`, num: true },
       ...otherMetrics.map((m) => ({ key: `metric:${m}`, label: `Final ${m}`, num: true })),
     ];
+    drawSame(same, fold);
     const { key: sortKey, dir } = state.sort;
     const rows = shownJobs().slice().sort((a, b) => {
       const va = sortValue(a, sortKey);
@@ -441,6 +553,8 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
           h("a", { class: "job-name", href: `/jobs/${job.id}` }, `#${job.id} ${jobTitle(job)}`),
           best === job.id ? h("span", { class: "badge badge-best", "data-testid": "best-run" }, "best") : null,
         ),
+        h("td", { class: "num", "data-testid": "final-metric" }, formatValue(finalValue(job))),
+        keys.map((k) => h("td", { class: diff.has(k) ? "diff" : null, "data-param": k }, paramText(job.params?.[k]))),
         h(
           "td",
           {},
@@ -449,8 +563,6 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
           job.end_reason ? h("div", { class: "reason", "data-testid": "end-reason" }, job.end_reason) : null,
         ),
         h("td", { class: "num" }, formatNumber(job.iterations_done)),
-        keys.map((k) => h("td", { class: diff.has(k) ? "diff" : null, "data-param": k }, paramText(job.params?.[k]))),
-        h("td", { class: "num", "data-testid": "final-metric" }, formatValue(finalValue(job))),
         otherMetrics.map((m) => h("td", { class: "num" }, formatValue(finalValue(job, m)))),
       ),
     );
@@ -464,6 +576,29 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
     const existing = tableBox.querySelector("table");
     if (existing) existing.replaceWith(table);
     else clear(tableBox, table);
+  }
+
+  /** One line for the parameters every run shares, and the switch that unfolds them. */
+  function drawSame(same, fold) {
+    if (!same.length || state.jobs.length < 2) {
+      clear(sameBox);
+      return;
+    }
+    const first = state.jobs[0].params || {};
+    const toggle = h("button", {
+      type: "button", class: "btn btn-quiet btn-small", id: "cmp-show-same", "aria-pressed": String(!fold),
+      onClick: () => {
+        state.showSame = !state.showSame;
+        drawTable();
+      },
+    }, fold ? "Show them as columns" : "Fold them");
+    clear(
+      sameBox,
+      h("span", { class: "subtle" }, `Same in every run (${same.length}): `),
+      h("span", { class: "mono", "data-testid": "same-params" }, same.map((k) => `${k}=${paramText(first[k])}`).join(", ")),
+      " ",
+      toggle,
+    );
   }
 
   function bestJob() {
@@ -489,34 +624,50 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
    */
   function drawParcoords() {
     const c = chartColors();
-    const jobs = shownJobs().filter((job) => {
-      const v = finalValue(job);
-      return v !== null && Number.isFinite(v);
-    });
-    const dims = paramKeys().map((k) => axisFor(k, jobs.map((job) => job.params?.[k])));
+    // Every shown run with a value somewhere: one whose final value is missing
+    // sits at the metric axis's "missing" place, dotted, not at its bottom.
+    const jobs = shownJobs().filter((job) => job.iterations_done > 0 || !isMissing(finalValue(job)));
+    const all = paramKeys();
+    const diff = differing(all);
+    // A parameter every run shares says nothing about the metric: no axis for it.
+    const keys = state.jobs.length > 1 ? all.filter((k) => diff.has(k)) : all;
+    const dims = keys.map((k) => axisFor(k, jobs.map((job) => job.params?.[k])));
     const finals = jobs.map((job) => finalValue(job));
     dims.push(axisFor(`final ${state.metric}`, finals));
     const lower = lowerIsBetter(state.metric, state.objective);
-    const lo = Math.min(...finals);
-    const hi = Math.max(...finals);
+    const known = finals.filter((v) => !isMissing(v));
+    const lo = Math.min(...known);
+    const hi = Math.max(...known);
     const traces = jobs.map((job, row) => {
-      // 1 for the best run, 0 for the worst.
-      const goodness = hi > lo ? (lower ? (hi - finals[row]) / (hi - lo) : (finals[row] - lo) / (hi - lo)) : 1;
-      const label = `#${job.id} ${jobTitle(job)}`;
+      // 1 for the best run, 0 for the worst (and for a run without a value).
+      const v = finals[row];
+      const goodness = isMissing(v) ? 0 : hi > lo ? (lower ? (hi - v) / (hi - lo) : (v - lo) / (hi - lo)) : 1;
+      const label = `#${job.id} ${jobTitle(job)}`.replace(/[<>&]/g, (ch) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;" })[ch]);
       return {
         type: "scatter", mode: "lines+markers", name: label, showlegend: false,
         x: dims.map((_, i) => i), y: dims.map((d) => d.position(row)),
         customdata: dims.map((d) => `${d.label}: ${d.text(row)}`),
         hovertemplate: `${label}<br>%{customdata}<extra></extra>`,
-        line: { color: goodnessColor(goodness), width: 1.5 + 2 * goodness },
+        line: { color: goodnessColor(goodness), width: 1.5 + 2 * goodness, dash: isMissing(v) ? "dot" : "solid" },
         marker: { size: 6, color: goodnessColor(goodness) },
         meta: { job: job.id, kind: "parallel", values: dims.map((d) => d.raw(row)) },
       };
     });
+    // Ticks left of each axis, on the page's background so lines passing
+    // behind never cover them; "missing" below the axis, in italics.
     const annotations = [];
+    const shapes = [];
     dims.forEach((d, i) => {
       for (const t of d.ticks) {
-        annotations.push({ x: i, y: t.at, text: t.text, showarrow: false, xanchor: "left", xshift: 4, font: { size: 10, color: c.muted } });
+        annotations.push({
+          x: i, y: t.at, text: t.missing ? `<i>${t.text}</i>` : t.text, showarrow: false,
+          xanchor: "right", xshift: -6, font: { size: 11, color: t.missing ? c.muted : c.ink },
+          bgcolor: c.bg, borderpad: 1,
+        });
+        shapes.push({ type: "line", x0: i - 0.035, x1: i, y0: t.at, y1: t.at, line: { color: c.muted, width: 1 } });
+      }
+      if (d.ticks.some((t) => t.missing)) {
+        shapes.push({ type: "line", x0: i, x1: i, y0: MISSING_AT + 0.03, y1: -0.04, line: { color: c.grid, width: 1, dash: "dot" } });
       }
     });
     const empty = jobs.length === 0;
@@ -524,21 +675,26 @@ export function createCompare(root, { objective = null, emptyNote = "No runs to 
       annotations.push({ text: `No run has a final ${state.metric} yet`, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { size: 14, color: c.muted } });
     }
     const layout = baseLayout({
-      margin: { l: 24, r: 48, t: 16, b: 56 },
+      margin: { l: 24, r: 24, t: 16, b: 56 },
       xaxis: themedAxis({
         tickvals: dims.map((_, i) => i), ticktext: dims.map((d) => d.label), showgrid: true,
-        gridcolor: c.muted, zeroline: false, range: [-0.25, Math.max(1, dims.length - 1) + 0.4],
-        fixedrange: true, visible: !empty, automargin: true,
+        gridcolor: c.muted, zeroline: false, range: [-0.5, Math.max(1, dims.length - 1) + 0.15],
+        fixedrange: true, visible: !empty, automargin: true, tickfont: { size: 12, color: c.ink },
       }),
-      yaxis: themedAxis({ visible: false, range: [-0.08, 1.08], fixedrange: true }),
+      yaxis: themedAxis({ visible: false, range: [MISSING_AT - 0.06, 1.06], fixedrange: true }),
       hovermode: "closest",
       annotations,
+      shapes,
     });
     Plotly.react(parcoords, traces, layout, PLOT_CONFIG);
     parcoords.dataset.lines = String(jobs.length);
+    const folded = all.length - keys.length;
     parNote.textContent = empty
       ? `No run has a final ${state.metric} yet.`
-      : `${jobs.length} run${jobs.length === 1 ? "" : "s"}, one line each; the stronger the colour and the thicker the line, the better its final ${state.metric} (${lower ? "lower" : "higher"} is better).`;
+      : [`${jobs.length} run${jobs.length === 1 ? "" : "s"}, one line each; the stronger the colour and the thicker the line, the better its final ${state.metric} (${lower ? "lower" : "higher"} is better).`,
+        folded ? `${folded} parameter${folded === 1 ? "" : "s"} the same in every run ${folded === 1 ? "has" : "have"} no axis.` : "",
+        dims.some((d) => d.ticks.some((t) => t.missing)) ? "A run without a value sits at \u201cmissing\u201d below the axis (dotted line if its final value is missing), apart from the real lows." : ""]
+        .filter(Boolean).join(" ");
   }
 
   function redraw() {
