@@ -23,6 +23,7 @@ from backend.api import (
     continuing,
     datasets,
     docs,
+    errors,
     experiments,
     health,
     help_pages,
@@ -41,8 +42,6 @@ from backend.api.metrics import RequestMetrics
 from backend.api.request_limit import ConcurrencyLimit
 from backend.core.heap import freeze_startup_heap, relax_collector
 from backend.core.settings import get_settings
-from backend.services.quotas import QuotaExceeded
-from backend.services.specs import SpecErrors
 from workers.trainers.registry import trainers
 
 FRONTEND_DIR = Path(__file__).resolve().parent.parent / "frontend"
@@ -89,11 +88,8 @@ def create_app() -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(what_if.router)
 
-    @app.exception_handler(SpecErrors)
-    async def _spec_errors(_request: Request, exc: SpecErrors) -> JSONResponse:
-        detail = [{"loc": ["body", *e.loc], "msg": e.message, "type": "value_error"}
-                  for e in exc.errors]
-        return JSONResponse(status_code=422, content={"detail": detail})
+    # Every service error (NotFound, Conflict, Invalid, Forbidden, TooLarge) in one place.
+    errors.install(app)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -103,11 +99,6 @@ def create_app() -> FastAPI:
         detail = [{key: json_safe(value) for key, value in error.items() if key != "url"}
                   for error in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": detail})
-
-    @app.exception_handler(QuotaExceeded)
-    async def _quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
-        return JSONResponse(status_code=409, content={"detail": {
-            "quota": exc.quota, "limit": exc.limit, "usage": exc.usage, "message": exc.message}})
 
     @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:

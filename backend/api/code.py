@@ -24,7 +24,8 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from backend.api.deps import CurrentTenant, DbId, SessionDep
 from backend.core.models import Role, TrainerCode, as_utc
 from backend.services import code_uploads
-from backend.services.code_uploads import MAX_CODE_BYTES, CodeUploadError
+from backend.services.code_uploads import MAX_CODE_BYTES
+from backend.services.errors import Invalid, TooLarge
 
 router = APIRouter(prefix="/api/v1/code", tags=["code"])
 
@@ -54,22 +55,12 @@ def _public(row: TrainerCode) -> CodePublic:
                       created_at=as_utc(row.created_at), contract=code_uploads.code_contract(row))
 
 
-def _error(exc: CodeUploadError) -> JSONResponse:
-    if exc.status_code == status.HTTP_422_UNPROCESSABLE_ENTITY:
-        detail: Any = [{"loc": ["body", exc.field or "file"], "msg": exc.message,
-                        "type": "value_error"}]
-    else:
-        detail = exc.message
-    return JSONResponse(status_code=exc.status_code, content={"detail": detail})
-
-
 async def _capped_body(request: Request) -> AsyncGenerator[bytes, None]:
     received = 0
     async for chunk in request.stream():
         received += len(chunk)
         if received > MAX_BODY_BYTES:
-            raise CodeUploadError(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-                                  f"the upload is over the limit of {MAX_CODE_BYTES // 1024} KiB")
+            raise TooLarge(f"the upload is over the limit of {MAX_CODE_BYTES // 1024} KiB")
         yield chunk
 
 
@@ -102,10 +93,7 @@ async def upload_code(request: Request, session: SessionDep,
                       scope: CurrentTenant) -> CodePublic | JSONResponse:
     """Upload a trainer (multipart: file, optional name). It is only compiled here,
     never run; jobs run it sandboxed as ``"algorithm": "code:<id>"``."""
-    try:
-        code_uploads.uploads_allowed(scope.tenant)
-    except CodeUploadError as exc:
-        return _error(exc)
+    code_uploads.uploads_allowed(scope.tenant)
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data"):
         raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
@@ -114,22 +102,18 @@ async def upload_code(request: Request, session: SessionDep,
                              max_part_size=MAX_BODY_BYTES)
     try:
         form = await parser.parse()
-    except CodeUploadError as exc:
-        return _error(exc)
     except MultiPartException as exc:
-        return _error(CodeUploadError(422, f"not a valid multipart body: {exc.message}", "file"))
+        raise Invalid(f"not a valid multipart body: {exc.message}", "file") from None
     try:
         file = form.get("file")
         if not isinstance(file, UploadFile):
-            raise CodeUploadError(422, "attach the source as a file field named 'file'", "file")
+            raise Invalid("attach the source as a file field named 'file'", "file")
         filename = file.filename or ""
         name_field = form.get("name")
         name = name_field if isinstance(name_field, str) and name_field.strip() else (
             filename.rsplit("/", 1)[-1].removesuffix(".py"))
         raw = await file.read(MAX_CODE_BYTES + 1)
         row = await run_in_threadpool(_create, session, scope, filename, name, raw)
-    except CodeUploadError as exc:
-        return _error(exc)
     finally:
         await form.close()
     return _public(row)
@@ -167,7 +151,4 @@ def delete_code(code_id: DbId, session: SessionDep, scope: CurrentTenant) -> Non
     if row.user_id != scope.user.id and scope.user.role == Role.member:
         raise HTTPException(status.HTTP_403_FORBIDDEN,
                             "only the uploader or a tenant admin can delete this code")
-    try:
-        code_uploads.delete_code(session, row)
-    except CodeUploadError as exc:
-        raise HTTPException(exc.status_code, exc.message) from None
+    code_uploads.delete_code(session, row)

@@ -25,7 +25,8 @@ from backend.api.deps import CurrentTenant, DbId, SessionDep
 from backend.core.models import Role, UploadedDataset, as_utc
 from backend.core.upload_format import read_npz, upload_file, upload_ref
 from backend.services import uploads
-from backend.services.uploads import MAX_UPLOAD_BYTES, TASKS, UploadError
+from backend.services.errors import Conflict, Invalid, TooLarge
+from backend.services.uploads import MAX_UPLOAD_BYTES, TASKS
 from workers.text_data import MAX_TEXT_BYTES, MIN_TEXT_CHARS
 
 router = APIRouter(prefix="/api/v1/datasets", tags=["datasets"])
@@ -58,15 +59,6 @@ def _public(row: UploadedDataset) -> DatasetPublic:
                          created_at=as_utc(row.created_at))
 
 
-def _error(exc: UploadError) -> JSONResponse:
-    if exc.status_code == status.HTTP_422_UNPROCESSABLE_ENTITY:
-        detail: Any = [{"loc": ["body", exc.field or "file"], "msg": exc.message,
-                        "type": "value_error"}]
-    else:
-        detail = str(exc)
-    return JSONResponse(status_code=exc.status_code, content={"detail": detail})
-
-
 async def _capped_body(request: Request) -> AsyncGenerator[bytes, None]:
     received = 0
     async for chunk in request.stream():
@@ -77,8 +69,7 @@ async def _capped_body(request: Request) -> AsyncGenerator[bytes, None]:
             continue  # keep reading to the end, keep nothing
         yield chunk
     if received > MAX_UPLOAD_BYTES:
-        raise UploadError(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-                          f"the upload is over the limit of {MAX_UPLOAD_BYTES // (1024 * 1024)} MB")
+        raise TooLarge(f"the upload is over the limit of {MAX_UPLOAD_BYTES // (1024 * 1024)} MB")
 
 
 _UPLOAD_BODY: dict[str, Any] = {
@@ -122,23 +113,19 @@ async def upload_dataset(request: Request, session: SessionDep,
                              max_part_size=64 * 1024)
     try:
         form = await parser.parse()
-    except UploadError as exc:
-        return _error(exc)
     except MultiPartException as exc:
-        return _error(UploadError(422, f"not a valid multipart body: {exc.message}", "file"))
+        raise Invalid(f"not a valid multipart body: {exc.message}", "file") from None
     try:
         file = form.get("file")
         if not isinstance(file, UploadFile):
-            raise UploadError(422, "attach the CSV as a file field named 'file'", "file")
+            raise Invalid("attach the CSV as a file field named 'file'", "file")
         fields = {key: form.get(key) for key in ("name", "task", "label")}
         text = {k: v for k, v in fields.items() if isinstance(v, str)}
         for key in ("name", "task"):
             if key not in text:
-                raise UploadError(422, "this field is required", key)
+                raise Invalid("this field is required", key)
         row = await run_in_threadpool(
             _create, session, scope, file, text["name"], text["task"], text.get("label"))
-    except UploadError as exc:
-        return _error(exc)
     finally:
         await form.close()
     return _public(row)
@@ -150,7 +137,7 @@ def _create(session: SessionDep, scope: CurrentTenant, file: UploadFile, name: s
     clean_task = uploads.check_task(task)
     tenant_id = scope.tenant.id or 0
     if uploads.name_taken(session, tenant_id, clean_name):
-        raise UploadError(409, f"a dataset named {clean_name!r} exists already", "name")
+        raise Conflict(f"name: a dataset named {clean_name!r} exists already")
     file.file.seek(0)
     if clean_task == "text":
         return uploads.store_text_upload(session=session, text=uploads.parse_text(file.file),
@@ -184,10 +171,7 @@ def delete_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant) 
     if row.user_id != scope.user.id and scope.user.role == Role.member:
         raise HTTPException(status.HTTP_403_FORBIDDEN,
                             "only the uploader or a tenant admin can delete this dataset")
-    try:
-        uploads.delete_upload(session, row)
-    except UploadError as exc:
-        raise HTTPException(exc.status_code, exc.message) from None
+    uploads.delete_upload(session, row)
 
 
 class PreviewColumn(BaseModel):

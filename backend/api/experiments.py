@@ -28,7 +28,7 @@ def submit_experiment(body: ExperimentCreate, session: SessionDep, scope: Curren
     """Submit a sweep: every configuration of the search space becomes a queued
     job, checked like a single job; the quotas count them together, so the
     sweep is admitted whole or refused whole (nothing created)."""
-    # SpecErrors (422) and QuotaExceeded (409) become responses in backend.main.
+    # SpecErrors (422) and QuotaExceeded (409) become responses in backend.api.errors.
     experiment, jobs = service.create_experiment(session=session, body=body, user=scope.user,
                                                  tenant=scope.tenant)
     _announce(client, keys, "submit", {job.id or 0: job.tenant_id for job in jobs})

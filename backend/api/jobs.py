@@ -35,7 +35,7 @@ from backend.schemas import (
     Prediction,
 )
 from backend.services import jobs as job_service
-from backend.services.job_search import SORT_RULE, BadSearch, JobSearch, apply, order_by
+from backend.services.job_search import SORT_RULE, JobSearch, apply, order_by
 from backend.services.labels import TAG, TAG_RULE, job_tags
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -45,7 +45,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 def submit_job(job_in: JobCreate, session: SessionDep, scope: CurrentTenant,
                client: RedisDep, keys: KeysDep) -> JobPublic:
     """Submit a training job; it is queued and the scheduler is woken."""
-    # SpecErrors (422) and QuotaExceeded (409) become responses in backend.main.
+    # SpecErrors (422) and QuotaExceeded (409) become responses in backend.api.errors.
     job = job_service.create_job(session=session, job_in=job_in, user=scope.user,
                                  tenant=scope.tenant)
     wake_scheduler(client, keys, f"submit {job.id}")
@@ -105,10 +105,7 @@ def list_jobs(
     search = JobSearch(text=q, statuses=tuple(status_filter or ()), algorithm=algorithm,
                        dataset=dataset, experiment_id=experiment, tags=tuple(tag or ()),
                        sort=sort)
-    try:
-        ordering = order_by(search.sort)
-    except BadSearch as exc:
-        raise _bad_query("sort", str(exc), sort) from None
+    ordering = order_by(search.sort)
     for one in search.tags:
         if not TAG.match(one):
             raise _bad_query("tag", f"tag {one[:60]!r} is not valid: {TAG_RULE}", one)
@@ -194,10 +191,7 @@ def get_decisions(job_id: DbId, session: SessionDep, scope: CurrentTenant,
 def _control(action: str, job_id: int, session: SessionDep, scope: CurrentTenant,
              client: RedisDep, keys: KeysDep) -> JobPublic:
     job = scope.get_owned(session, Job, job_id)
-    try:
-        job = job_service.change_state(session=session, job=job, action=action)
-    except job_service.JobStateError as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    job = job_service.change_state(session=session, job=job, action=action)
     wake_scheduler(client, keys, f"{action} {job_id}")
     publish_job_event(client, keys, job_id=job.id, tenant_id=job.tenant_id, status=job.status)
     return job_service.to_public(job, tags=job_tags(session, [job_id]).get(job_id, []))

@@ -4,7 +4,7 @@ delete a finished one with its data. Deletions are audited like admin actions.""
 from __future__ import annotations
 
 import redis
-from fastapi import APIRouter, HTTPException, Response, status
+from fastapi import APIRouter, Response, status
 
 from backend.api.deps import CurrentTenant, DbId, KeysDep, RedisDep, SessionDep
 from backend.core.models import Experiment, Job
@@ -46,10 +46,7 @@ def delete_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: 
     """Delete a finished job with its losses, metrics, decisions and model
     (409 while it is queued, running or paused: cancel it first)."""
     job = scope.get_owned(session, Job, job_id)
-    try:
-        labels.delete_job(session=session, job=job)
-    except labels.NotFinished as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    labels.delete_job(session=session, job=job)
     audit.record(session, actor=scope.user, action="job.delete", target=f"job {job_id}",
                  tenant_id=job.tenant_id, name=job.name, status=job.status,
                  iterations=job.iterations_done)
@@ -78,10 +75,7 @@ def delete_experiment(experiment_id: DbId, session: SessionDep, scope: CurrentTe
     while any of its jobs is queued, running or paused)."""
     experiment = scope.get_owned(session, Experiment, experiment_id)
     tenant_id, name = experiment.tenant_id, experiment.name
-    try:
-        job_ids = labels.delete_experiment(session=session, experiment=experiment)
-    except labels.NotFinished as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    job_ids = labels.delete_experiment(session=session, experiment=experiment)
     audit.record(session, actor=scope.user, action="experiment.delete",
                  target=f"experiment {experiment_id}", tenant_id=tenant_id, name=name,
                  jobs=job_ids)

@@ -21,7 +21,7 @@ from backend.core.portal_settings import policy_choice
 from backend.core.settings import get_settings
 from backend.scheduling.registry import policy_runs
 from backend.services import what_if_runs
-from backend.services.portal_trace import WorkloadTooLarge, check_window
+from backend.services.portal_trace import check_window
 from backend.services.what_if import (
     DEFAULT_POLICIES,
     MAX_RUNS,
@@ -29,7 +29,7 @@ from backend.services.what_if import (
     check_policies,
     tenant_views,
 )
-from backend.services.what_if_runs import ReplayBusy, ReplayJob, Window
+from backend.services.what_if_runs import ReplayJob, Window
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 
@@ -85,10 +85,7 @@ def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin
                             "of slots to simulate.")
     until = utcnow()
     since = until - timedelta(hours=body.hours)
-    try:
-        completed = check_window(session, since, until)
-    except WorkloadTooLarge as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
+    completed = check_window(session, since, until)
     if not completed:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, NO_COMPLETED_JOB)
     settings = get_settings()
@@ -101,10 +98,7 @@ def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin
                     extra={"slots": slots, "chunk_seconds": settings.chunk_seconds,
                            "active_policy": in_force.name,
                            "completion_guard": in_force.completion_guard})
-    try:
-        run_id = what_if_runs.start(client, keys, job, started_by=scope.user.email)
-    except ReplayBusy as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
+    run_id = what_if_runs.start(client, keys, job, started_by=scope.user.email)
     response.headers["Location"] = f"{router.prefix}/what-if/{run_id}"
     return _known_run(what_if_runs.read(client, keys, run_id))
 

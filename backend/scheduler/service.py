@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
@@ -44,19 +43,30 @@ from backend.scheduler.lost_chunks import LOST_IN_A_ROW, LostChunks, keep_failin
 from backend.scheduler.metrics import observe_reclaimed, observe_round
 from backend.scheduler.pools import PoolRegistry
 from backend.scheduler.state import JobState
-from backend.scheduling.allocation import Rejected, chunk_iterations, split_grants
-from backend.scheduling.experiment_focus import Focused, focus
+from backend.scheduling.allocation import Rejected
+from backend.scheduling.experiment_focus import Focused
 from backend.scheduling.explain import (
     MetricNamedPolicy,
     WaitKind,
     explain_waiting,
     wait_estimate,
 )
-from backend.scheduling.placement import place, waiting_for_pools
-from backend.scheduling.policies.slaq import SWEEP_WARMUP_SHARE, WARMUP_SHARE
+from backend.scheduling.placement import waiting_for_pools
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, make_policy
-from backend.scheduling.residency import SlotView, amortised, assign_slots
+from backend.scheduling.residency import SlotView
+from backend.scheduling.round import (
+    BACKLOG_PREFIX,
+    HELD_BACK_EXPLAINED,
+    RANKING_EXTRA,
+    admit,
+    after,
+    allowance,
+    backlog,
+    decide,
+    from_backlog,
+    warmup_shares,
+)
 from backend.scheduling.rungs import Owed, continuations, cut_at_rung
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
 
@@ -64,11 +74,11 @@ log = logging.getLogger(__name__)
 
 # Explaining the queue asks the policy for a full ranking: at most this often.
 EXPLAIN_EVERY_SECONDS = 1.0
-# Grants ranked beyond the free slots, kept to serve a freed slot before re-ranking.
-BACKLOG_LENGTH = 32
-BACKLOG_PREFIX = "from backlog: "
-# Not-yet-admitted new jobs given a published reason; the rest show none.
-HELD_BACK_EXPLAINED = 1000
+# Grants ranked beyond the free slots, kept to serve a freed slot before
+# re-ranking: the round's one ranking extra (backend/scheduling/round.py).
+BACKLOG_LENGTH = RANKING_EXTRA
+__all__ = ["BACKLOG_LENGTH", "BACKLOG_PREFIX", "HELD_BACK_EXPLAINED", "Scheduler",
+           "wait_for_wake"]
 # Round durations kept in Redis for the cluster page and benchmarks.
 ROUNDS_KEPT = 200
 # Chunks whose wall time (dispatch to lease gone) the wait estimates average.
@@ -200,7 +210,7 @@ class Scheduler:
             slots = len(alive)
             free = max(slots - len(live), 0)
             pools = self.pools.views(session, adverts, self._in_flight_by_pool(live))
-            views, self._held_back = self._admitted(slots, live, tenants)
+            views, self._held_back = self._admitted(slots, live, tenants, choice)
             if stopped:
                 views = [view for view in views if view.job_id not in stopped]
             snapshot = Snapshot(now=time.time(), free_slots=free, total_slots=slots,
@@ -221,28 +231,23 @@ class Scheduler:
                 {j for j in self._owed if j not in self.state.rows or j in stopped},
                 snapshot.free_slots, snapshot.now)
             if continuing:
-                dispatched, rejected = self._grant(session, snapshot, continuing, name)
-                if dispatched:
-                    snapshot = self._after(snapshot, dispatched)
+                dispatched, rejected = self._grant(session, snapshot, policy, name, continuing)
+                snapshot = after(snapshot, dispatched)
             if snapshot.free_slots > 0 and self._backlog:
                 # Slots freed while the state synced: still the last ranking
                 # first, so they never wait for the policy.
-                more, dropped = self._grant(session, snapshot, self._from_backlog(snapshot), name)
+                more, dropped = self._grant(session, snapshot, policy, name,
+                                            from_backlog(snapshot, self._backlog))
                 dispatched += more
                 rejected += dropped
-                if more:
-                    snapshot = self._after(snapshot, more)
+                snapshot = after(snapshot, more)
             if snapshot.free_slots > 0:
-                # Ranked beyond the free slots: the top jobs may all need a pool
-                # with no free slot, and the next ones can use the slots there are.
-                asked = snapshot.free_slots + BACKLOG_LENGTH + self._pool_bound(snapshot)
-                ranking = self._focused(snapshot, policy.allocate(replace(snapshot,
-                                                                          free_slots=asked)))
-                more, dropped = self._grant(session, snapshot, ranking, name, asked)
+                # The round's own ranking, beyond the free slots
+                # (backend/scheduling/round.py: rank, check, place).
+                more, dropped = self._grant(session, snapshot, policy, name)
                 dispatched += more
                 rejected += dropped
-                if more:
-                    snapshot = self._after(snapshot, more)
+                snapshot = after(snapshot, more)
             granted_ms = (time.perf_counter() - began) * 1000 if dispatched or not early \
                 else early_ms
             # ``live`` counts the early grants already; ``dispatched`` names them all.
@@ -250,8 +255,7 @@ class Scheduler:
             dispatched = early + dispatched
             # Re-rank after dispatch, off the grant's path: the next few grants
             # the policy would make are the backlog the next freed slot takes.
-            self._backlog = self._focused(
-                snapshot, policy.allocate(replace(snapshot, free_slots=BACKLOG_LENGTH)))
+            self._backlog = backlog(policy, snapshot, standings=self.stopper.standings)
             self._backlog_basis = (choice, tenants, self.state.arrivals)
             self._explain(policy, snapshot, {g.job_id for g in dispatched})
             if self.may_grant():
@@ -266,11 +270,6 @@ class Scheduler:
         observe_round(self.redis, self.keys, began, granted_ms, dispatched, rejected)
         return RoundResult(name, slots, free, len(self.state.rows), dispatched, reclaimed,
                            rejected)
-
-    def _focused(self, snapshot: Snapshot, ranking: list[Grant]) -> list[Grant]:
-        """The policy's ranking with each predictive experiment's slots handed
-        to its leading configurations (:mod:`backend.scheduling.experiment_focus`)."""
-        return focus(snapshot, ranking, self.stopper.standings)
 
     @staticmethod
     def _tenants(session: Session) -> dict[int, TenantView]:
@@ -310,116 +309,47 @@ class Scheduler:
                             pools=self.pools.views(session, adverts,
                                                    self._in_flight_by_pool(live)),
                             resident=self._resident_on_free_slots())
-        dispatched, _ = self._grant(session, snapshot, self._from_backlog(snapshot), choice.name)
+        dispatched, _ = self._grant(session, snapshot, self.policy(*choice), choice.name,
+                                    from_backlog(snapshot, self._backlog))
         return dispatched
 
-    def _admitted(self, slots: int, live: set[int],
-                  tenants: dict[int, TenantView]) -> tuple[list[JobView], list[int]]:
-        """Views the policy sees: every job that has run, plus as many never-run
-        jobs as the slots can warm up; the other new jobs wait their turn.
-
-        Without this, thousands of new jobs all pass the warm-up bound at once
-        and every slot goes to first chunks while jobs with history starve (and
-        every round ranks them all). New jobs are admitted round-robin across
-        tenants, oldest first within a tenant, skipping tenants at their slot
-        quota, so one tenant's flood does not hold back another's first job.
-        """
+    def _admitted(self, slots: int, live: set[int], tenants: dict[int, TenantView],
+                  choice: PolicyChoice) -> tuple[list[JobView], list[int]]:
+        """Views the policy sees: every job that has run, plus the never-run
+        jobs the round's admission lets in (:func:`backend.scheduling.round.admit`,
+        at the active policy's warm-up shares); the other new jobs wait their turn."""
         rows = self.state.rows
-        in_flight: dict[int, int] = {}
-        running_new = running_configurations = 0
-        known: list[JobView] = []
-        for job_id in self.state.known:
-            row = rows[job_id]
-            running = job_id in live or row.status == JobStatus.running
-            if running:
-                in_flight[row.tenant_id] = in_flight.get(row.tenant_id, 0) + 1
-                if row.is_new:
-                    running_new += 1
-                    if row.experiment_id is not None:
-                        running_configurations += 1
-            known.append(self.state.view(job_id, running))
-        idle = max(slots - sum(1 for v in known if not v.running), 0)
-        allowance = max(math.ceil(WARMUP_SHARE * slots) - running_new + idle, 1)
-        # An experiment's configurations warm up at their own share (the
-        # policy's), so a sweep's backlog does not fill the admission.
-        configurations = max(math.ceil(SWEEP_WARMUP_SHARE * slots) - running_configurations
-                             + idle, 1)
-        new = self.state.new_waiting(allowance + HELD_BACK_EXPLAINED)
-        queues = []
-        for tenant_id, jobs in new.items():
-            limit = tenants[tenant_id].max_slots if tenant_id in tenants else slots
-            # A tenant at its quota could not start a new job anyway: its new
-            # jobs keep their place but take no admission.
-            queues.append((jobs[0], in_flight.get(tenant_id, 0) >= limit, jobs))
-        queues.sort(key=lambda q: (q[1], q[0]))
-        order: list[int] = []
-        for depth in range(max((len(q[2]) for q in queues), default=0)):
-            if len(order) >= allowance + HELD_BACK_EXPLAINED:
-                break
-            order.extend(q[2][depth] for q in queues if depth < len(q[2]))
-        admitted: list[int] = []
-        held: list[int] = []
-        for job_id in order:
-            configuration = rows[job_id].experiment_id is not None
-            if len(admitted) >= allowance or (configuration and configurations <= 0):
-                held.append(job_id)
-                continue
-            if configuration:
-                configurations -= 1
-            admitted.append(job_id)
+        known = [self.state.view(job_id, job_id in live or rows[job_id].status == JobStatus.running)
+                 for job_id in self.state.known]
+        shares = warmup_shares(self.policy(*choice))
+        new = self.state.new_waiting(allowance(known, slots, shares).new + HELD_BACK_EXPLAINED)
+        experiment_of = {job_id: rows[job_id].experiment_id
+                         for jobs in new.values() for job_id in jobs}
+        admitted, held = admit(known, new, experiment_of, slots=slots, tenants=tenants,
+                               shares=shares)
         known.extend(self.state.view(job_id, False) for job_id in admitted)
         return known, held
 
-    def _from_backlog(self, snapshot: Snapshot) -> list[Grant]:
-        waiting = {job.job_id: job for job in snapshot.waiting()}
-        in_flight = snapshot.running_by_tenant()
-        picked: list[Grant] = []
-        while self._backlog and len(picked) < snapshot.free_slots:
-            grant = self._backlog.pop(0)
-            job = waiting.get(grant.job_id)
-            if job is None:
-                continue  # granted, paused or cancelled since the ranking
-            used = in_flight.get(job.tenant_id, 0)
-            if used >= snapshot.tenant(job.tenant_id).max_slots:
-                continue  # its tenant is at quota now; the next ranking places it again
-            in_flight[job.tenant_id] = used + 1
-            # Sized now: the job may have run since it was ranked.
-            picked.append(replace(grant, iterations=chunk_iterations(snapshot, job),
-                                  reason=f"{BACKLOG_PREFIX}{grant.reason}"))
-        return picked
-
-    def _grant(self, session: Session, snapshot: Snapshot, grants: list[Grant],
-               name: str, asked: int | None = None) -> tuple[list[Grant], list[Rejected]]:
-        """Check ranked ``grants`` against the hard limits, place those that pass
-        on pools and dispatch them; a grant no pool can take now keeps waiting.
-
-        ``asked`` is how many grants the policy was asked for: a ranking longer
-        than the free slots, so that jobs no free pool can run do not leave
-        those slots idle. Grants past it break the free-slots limit.
-        """
-        ok, rejected = split_grants(
-            replace(snapshot, free_slots=max(asked or 0, snapshot.free_slots)), grants)
-        for grant, reason in rejected:
+    def _grant(self, session: Session, snapshot: Snapshot, policy: Policy, name: str,
+               ranking: list[Grant] | None = None) -> tuple[list[Grant], list[Rejected]]:
+        """Decide (:func:`backend.scheduling.round.decide`: rank unless
+        ``ranking`` is given, check against the hard limits, place on pools and
+        slots) and dispatch; a grant no pool can take now keeps waiting."""
+        decided = decide(
+            policy, snapshot, ranking=ranking, standings=self.stopper.standings,
+            free=self._free, resident=self._resident, reserved=self._owed.keys(),
+            default_pool=DEFAULT_POOL,
+            # Cut at the experiment's next rung (recording what it owes).
+            cut=lambda grant, job: cut_at_rung(
+                grant, job, self.stopper.rule_for(session, job.experiment_id), self._owed,
+                snapshot.now, self.chunk_seconds))
+        for grant, reason in decided.rejected:
             # A policy bug must not oversubscribe workers or a tenant's
             # quota; the valid grants still run so the cluster keeps going.
             log.warning("policy %s: dropped grant of %d iterations to job %d: %s",
                         name, grant.iterations, grant.job_id, reason)
-        placed = [replace(grant, pool=pool or DEFAULT_POOL)
-                  for grant, pool in place(snapshot, ok)][:snapshot.free_slots]
         dispatched = []
-        views = {job.job_id: job for job in snapshot.jobs}
-        # The slots holding jobs owed the rest of a grant wait for them.
-        granted = {grant.job_id for grant in placed}
-        free = [s for s in self._free
-                if s.resident_job not in self._owed or s.resident_job in granted]
-        for grant, slot in assign_slots(placed, free, self._resident):
-            if grant.job_id in views:
-                job = views[grant.job_id]
-                # Stretched to amortise a move, then cut at the experiment's
-                # next rung: the stretch must not carry a job past a judgement.
-                grant = cut_at_rung(amortised(grant, job, slot, self._resident), job,
-                                    self.stopper.rule_for(session, job.experiment_id),
-                                    self._owed, snapshot.now, self.chunk_seconds)
+        for grant, slot in decided.grants:
             if self._dispatch(session, grant, name, slot):
                 dispatched.append(grant)
                 if slot is not None:
@@ -427,7 +357,7 @@ class Scheduler:
                     self._sent_to[grant.job_id] = slot.slot_id
             else:
                 self._owed.pop(grant.job_id, None)
-        return dispatched, rejected
+        return dispatched, decided.rejected
 
     def _plan_slots(self, live: set[int], claims: dict[int, str],
                     adverts: Mapping[str, SlotInfo]) -> None:
@@ -446,27 +376,6 @@ class Scheduler:
         holds = {s: j for j, s in self._resident.items()}
         self._free = [SlotView(slot, info.pool, info.queue, holds.get(slot))
                       for slot, info in adverts.items() if slot not in busy]
-
-    @staticmethod
-    def _after(snapshot: Snapshot, grants: list[Grant]) -> Snapshot:
-        granted = {g.job_id: g.pool for g in grants}
-        taken = Counter(g.pool for g in grants)
-        return replace(snapshot, free_slots=max(snapshot.free_slots - len(grants), 0),
-                       jobs=[replace(j, running=True, pool=granted[j.job_id])
-                             if j.job_id in granted else j for j in snapshot.jobs],
-                       pools=[replace(p, free=max(p.free - taken[p.name], 0))
-                              for p in snapshot.pools])
-
-    @staticmethod
-    def _pool_bound(snapshot: Snapshot) -> int:
-        """Waiting jobs tied to some pools (a GPU, memory, a named pool): the
-        ranking reaches past them all, so that when their pools are full the
-        other pools' free slots still find jobs."""
-        if len(snapshot.pools) < 2:
-            return 0
-        return sum(1 for job in snapshot.waiting()
-                   if job.requirements.gpu or job.requirements.pool
-                   or job.requirements.min_memory_mb)
 
     def _in_flight_by_pool(self, live: set[int]) -> Counter[str]:
         """Chunks in flight per pool: a dispatched chunk holds its pool's slot
@@ -669,7 +578,7 @@ class Scheduler:
                 kind = WaitKind.NEW
                 cap = ("" if row is None or row.experiment_id is None else
                        f" (an experiment's new configurations hold at most "
-                       f"{SWEEP_WARMUP_SHARE:.0%} of the slots while others wait)")
+                       f"{warmup_shares(policy).sweep:.0%} of the slots while others wait)")
                 reason = (f"new job waiting to start: {number - 1} new jobs ahead of it; new "
                           f"jobs get their first chunk as slots free up{cap}")
             entries[str(job_id)] = json.dumps({

@@ -19,16 +19,21 @@ optional ``stopper`` (an experiment's early-stopping rule) stops it: a
 stopped job that is running ends with its chunk in flight, like a live job
 paused mid-chunk.
 
+**The round** is the live scheduler's own (:mod:`backend.scheduling.round`,
+:func:`decide_round`): the never-run jobs the warm-up admission lets in join
+the policy's view, the policy ranks (``ranking_extra`` jobs beyond the free
+slots where there are pools), the ranking is checked with ``split_grants``,
+placed on pools and on slots (resident slot first, moves amortised), and the
+free slots' worth of it runs.
+
 **Pools** (``SimConfig.pools``, optional): the slots belong to named pools
 (:class:`SimPool`: slots, GPU or not, memory, tenants it is reserved for, and
 a speed-up for jobs that want a GPU), and jobs may carry
 :class:`~backend.scheduling.types.Requirements` (``simulate(...,
-requirements={job_id: ...})``). Each decision then takes the live scheduler's
-path: the policy ranks ``ranking_extra`` jobs beyond the free slots, the
-ranking is checked with ``split_grants`` and matched to pools by
-:func:`~backend.scheduling.placement.place`, and at most the free slots' worth
-of placed grants run, each on its pool. Grants the hard-limit check refuses are
-counted (``SimResult.rejected``) and dropped, as live.
+requirements={job_id: ...})``), matched to pools by
+:func:`~backend.scheduling.placement.place`. Grants the hard-limit check
+refuses are counted (``SimResult.rejected``) and dropped, as live; without
+pools a refused grant is a policy bug and stops the simulation.
 
 **Decision time** (``SimConfig.charge_decisions``): when set, each decision's
 wall time (``allocate``, and with pools ``split_grants`` and ``place``) is
@@ -50,12 +55,21 @@ from typing import Any
 
 import numpy as np
 
-from backend.scheduling.allocation import split_grants
 from backend.scheduling.loss_history import LossHistory, LossRing
-from backend.scheduling.placement import eligible_pools, place, refusal
+from backend.scheduling.placement import eligible_pools, refusal
 from backend.scheduling.policies.oracle import TrueCurve
 from backend.scheduling.registry import SIMULATION_ONLY, make_policy
-from backend.scheduling.residency import SWITCH_SHARE, SlotView, amortised, assign_slots
+from backend.scheduling.residency import SWITCH_SHARE, SlotView
+from backend.scheduling.round import (
+    RANKING_EXTRA,
+    Decided,
+    WarmupShares,
+    admit,
+    after,
+    allowance,
+    decide,
+    warmup_shares,
+)
 from backend.scheduling.rungs import Owed, continuations, note_cut
 from backend.scheduling.speed import SpeedEstimates
 from backend.scheduling.trace import Trace, TraceCurve
@@ -74,9 +88,8 @@ RESIDENT_CHUNK_SECONDS = 0.02
 """A chunk that steps on its resident trainer pays the dispatch alone: the
 20 ms the recorded traces add to their measured save + restore."""
 
-RANKING_EXTRA = 32
-"""Grants asked for beyond the free slots when there are pools: the live
-scheduler's ``BACKLOG_LENGTH`` (``backend/scheduler/service.py``)."""
+__all__ = ["RANKING_EXTRA", "SimConfig", "SimJob", "SimPool", "SimResult", "build_policy",
+           "decide_round", "simulate", "switch_cost", "true_curves"]
 
 
 @dataclass(frozen=True)
@@ -353,6 +366,7 @@ def simulate(
     seq = len(jobs)
     finished = 0
     owed: dict[int, Owed] = {}  # job id -> what a cut at a rung took off its grant
+    shares = warmup_shares(policy)
     while events:
         now = max(events[0][0], ready_at)
         ended: list[SimJob] = []
@@ -415,32 +429,10 @@ def simulate(
         continuing = continuations(
             owed, {j: views[j] for j in owed if j in active and not active[j].running},
             {j for j in owed if j not in active or active[j].stopped}, free, now)
-        carried = {g.job_id for g in continuing}
-        snapshot = Snapshot(
-            now=now, free_slots=free - len(continuing), total_slots=config.slots,
-            chunk_seconds=config.chunk_seconds,
-            jobs=[replace(v, running=True) if v.job_id in carried else v
-                  for v in views.values()],
-            tenants=config.tenants, default_chunk_iterations=config.default_chunk_iterations,
-            pools=[pools[name].view(count) for name, count in pool_free.items()],
-            resident=frozenset(j for j in (s.view.resident_job for s in slots if not s.busy)
-                               if j is not None),
-        )
         started = wallclock.perf_counter()
-        if pools:
-            placed = _decide_pooled(policy, snapshot, config.ranking_extra, result)
-        else:
-            grants = policy.allocate(snapshot)
+        placed = decide_round(policy, views, config, now=now, free=free, pool_free=pool_free,
+                              slots=slots, continuing=continuing, result=result, shares=shares)
         took = wallclock.perf_counter() - started
-        if not pools:
-            accepted, rejected = split_grants(snapshot, grants)
-            if rejected:
-                # Live, such grants are dropped with a warning; a simulation that
-                # quietly did the same would report figures for a different policy.
-                raise AssertionError(f"{policy.name} broke the hard limits: "
-                                     + "; ".join(reason for _, reason in rejected))
-            placed = [(grant, None) for grant in accepted]
-        placed = [(g, active[g.job_id].chunk_pools[-1] or None) for g in continuing] + placed
         result.decision_seconds += took
         result.decision_times.append(took)
         result.decisions += 1
@@ -449,7 +441,7 @@ def simulate(
             cost = took if config.decision_seconds is None else config.decision_seconds
             result.charged_seconds += cost
             begin = ready_at = now + cost
-        for grant, pool_name, slot in _on_slots(slots, placed, views, config.switch_share):
+        for grant, pool_name, slot in placed:
             if rungs is not None:
                 cut = rungs(grant, views[grant.job_id])
                 note_cut(owed, grant, cut, views[grant.job_id], begin, config.chunk_seconds)
@@ -483,46 +475,111 @@ def simulate(
     return result
 
 
-def _decide_pooled(policy: Policy, snapshot: Snapshot, extra: int,
-                   result: SimResult) -> list[tuple[Grant, str | None]]:
-    """The live scheduler's grant path: rank beyond the free slots, check the
-    ranking against the hard limits, place it on pools, keep the free slots' worth."""
-    asked = snapshot.free_slots + extra
-    ranking = policy.allocate(replace(snapshot, free_slots=asked))
-    accepted, rejected = split_grants(replace(snapshot, free_slots=asked), ranking)
-    result.rejected += len(rejected)
-    placed = place(snapshot, accepted)[: snapshot.free_slots]
-    ran = {grant.job_id for grant, _ in placed}
-    result.unplaced += sum(1 for g in accepted[: snapshot.free_slots] if g.job_id not in ran)
-    return [(grant, pool) for grant, pool in placed]
+def decide_round(policy: Policy, views: Mapping[int, JobView], config: SimConfig, *,
+                 now: float, free: int | None = None, pool_free: Mapping[str, int] | None = None,
+                 slots: list[_Slot] | None = None, continuing: Sequence[Grant] = (),
+                 result: SimResult | None = None, shares: WarmupShares | None = None
+                 ) -> list[tuple[Grant, str | None, int | None]]:
+    """One decision of the simulated cluster, the live scheduler's round
+    (:mod:`backend.scheduling.round`): admission, ranking, check, placement
+    on pools and slots. ``views``: the active jobs, in arrival order;
+    ``free`` / ``pool_free``: free slots in all and per pool (default: all of
+    them); ``slots``: the slots and the trainers they hold (default: all free
+    and empty, or none without ``config.residency``); ``continuing``: the rest
+    of grants cut at a rung, run first. Returns each grant with its pool
+    (``None`` without pools) and its slot (an index into ``slots``)."""
+    pools = {p.name: p for p in config.pools}
+    if pool_free is None:
+        pool_free = {p.name: p.slots for p in config.pools}
+    if slots is None:
+        slots = _slots(config) if config.residency else []
+    snapshot = Snapshot(
+        now=now, free_slots=config.slots if free is None else free,
+        total_slots=config.slots, chunk_seconds=config.chunk_seconds,
+        jobs=_admitted(views, config, warmup_shares(policy) if shares is None else shares),
+        tenants=config.tenants, default_chunk_iterations=config.default_chunk_iterations,
+        pools=[pools[name].view(count) for name, count in pool_free.items()],
+        resident=frozenset(j for j in (s.view.resident_job for s in slots if not s.busy)
+                           if j is not None),
+    )
+    return _decide(policy, snapshot, continuing, slots, config,
+                   SimResult(policy.name, [], 0, 0.0, 0) if result is None else result,
+                   bool(pools))
+
+
+def _admitted(views: Mapping[int, JobView], config: SimConfig,
+              shares: WarmupShares) -> list[JobView]:
+    """The views the policy sees this round, in arrival order: every job that
+    has run, and the never-run jobs the round's admission lets in, as live
+    (:func:`backend.scheduling.round.admit`)."""
+    known: list[JobView] = []
+    new: dict[int, list[tuple[float, int]]] = {}
+    for view in views.values():
+        if view.running or view.chunks_run or view.iterations_done:
+            known.append(view)
+        else:
+            new.setdefault(view.tenant_id, []).append((view.waiting_since, view.job_id))
+    if not new:
+        return known
+    # Only a tenant's head can be admitted: the allowance, and no more, of each.
+    head = allowance(known, config.slots, shares).new
+    order = {tenant: [job for _, job in sorted(jobs)[:head]] for tenant, jobs in new.items()}
+    admitted, _ = admit(known, order, {j: views[j].experiment_id for q in order.values()
+                                       for j in q},
+                        slots=config.slots, tenants=config.tenants, shares=shares, explained=0)
+    let_in = set(admitted)
+    return [view for view in views.values() if view.job_id in let_in
+            or view.running or view.chunks_run or view.iterations_done]
+
+
+def _decide(policy: Policy, snapshot: Snapshot, continuing: Sequence[Grant], slots: list[_Slot],
+            config: SimConfig, result: SimResult, pooled: bool
+            ) -> list[tuple[Grant, str | None, int | None]]:
+    """The live scheduler's round (:func:`backend.scheduling.round.decide`):
+    the rest of grants cut at a rung first, then the policy's ranking beyond
+    the free slots, checked against the hard limits, placed on pools and
+    slots; each grant with its pool (``None`` without pools) and its slot (an
+    index into ``slots``; ``None`` without residency)."""
+    index = {s.view.slot_id: i for i, s in enumerate(slots)}
+    free = [s.view for s in slots if not s.busy]
+    resident = {s.view.resident_job: s.view.slot_id for s in slots
+                if s.view.resident_job is not None}
+    out: list[tuple[Grant, str | None, int | None]] = []
+
+    def run(decided: Decided) -> None:
+        _count(decided, result, pooled, policy.name)
+        for grant, slot in decided.grants:
+            if slots and slot is None:  # every free slot is named: only a policy bug gets here
+                raise AssertionError(f"no free slot for job {grant.job_id}")
+            if slot is not None:
+                free.remove(slot)
+            out.append((grant, grant.pool or None, None if slot is None else index[slot.slot_id]))
+
+    if continuing:
+        decided = decide(policy, snapshot, ranking=list(continuing), free=free,
+                         resident=resident, share=config.switch_share)
+        run(decided)
+        snapshot = after(snapshot, [grant for grant, _ in decided.grants])
+    if snapshot.free_slots > 0:
+        run(decide(policy, snapshot, extra=config.ranking_extra, free=free, resident=resident,
+                   share=config.switch_share))
+    return out
+
+
+def _count(decided: Decided, result: SimResult, pooled: bool, name: str) -> None:
+    if decided.rejected and not pooled:
+        # Live, such grants are dropped with a warning; a simulation that
+        # quietly did the same would report figures for a different policy.
+        raise AssertionError(f"{name} broke the hard limits: "
+                             + "; ".join(reason for _, reason in decided.rejected))
+    result.rejected += len(decided.rejected)
+    result.unplaced += decided.unplaced
 
 
 def _slots(config: SimConfig) -> list[_Slot]:
     named = [(p.name, p.slots) for p in config.pools] or [("", config.slots)]
     return [_Slot(SlotView(f"{name}#{i}", name, f"{name}#{i}"))
             for name, count in named for i in range(count)]
-
-
-def _on_slots(slots: list[_Slot], placed: list[tuple[Grant, str | None]],
-              views: Mapping[int, JobView], share: float = SWITCH_SHARE
-              ) -> list[tuple[Grant, str | None, int | None]]:
-    """Each placed grant with its slot (an index into ``slots``) and its chunk
-    length, as the live scheduler assigns them: resident slot first, moves
-    amortised (:mod:`backend.scheduling.residency`). Without residency, as placed."""
-    if not slots:
-        return [(grant, pool, None) for grant, pool in placed]
-    free = [s.view for s in slots if not s.busy]
-    holders = {s.view.resident_job: s.view.slot_id for s in slots
-               if s.view.resident_job is not None}
-    index = {s.view.slot_id: i for i, s in enumerate(slots)}
-    out: list[tuple[Grant, str | None, int | None]] = []
-    for grant, slot in assign_slots([replace(g, pool=pool or "") for g, pool in placed],
-                                    free, holders):
-        if slot is None:  # every free slot is named: only a policy bug gets here
-            raise AssertionError(f"no free slot for job {grant.job_id}")
-        grant = amortised(grant, views[grant.job_id], slot, holders, share)
-        out.append((grant, grant.pool or None, index[slot.slot_id]))
-    return out
 
 
 def _take(slots: list[_Slot], index: int, job: SimJob) -> float:

@@ -24,6 +24,7 @@ from sqlmodel import Session, col
 from backend.core.code_refs import code_ref, parse_code_ref
 from backend.core.models import FINISHED, Job, Tenant, TrainerCode
 from backend.core.settings import get_settings
+from backend.services.errors import Conflict, Forbidden, Invalid, ServiceError, TooLarge
 
 MAX_CODE_BYTES = 256 * 1024
 """Largest accepted source file."""
@@ -31,19 +32,15 @@ MAX_NAME_LENGTH = 64
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")
 
 
-class CodeUploadError(Exception):
-    """A refused upload or deletion; ``status_code`` is the HTTP status to answer."""
-
-    def __init__(self, status_code: int, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
-        self.field = field
+CodeUploadError = ServiceError
+"""Any refused upload or deletion of code: :class:`Forbidden` (uploads are
+off for the tenant), :class:`Invalid` source (at its field), :class:`TooLarge`,
+:class:`Conflict` (a name taken, jobs using it)."""
 
 
 def uploads_allowed(tenant: Tenant) -> None:
     if not tenant.allow_code_uploads:
-        raise CodeUploadError(403, f"tenant {tenant.name!r} may not upload trainer code; a "
+        raise Forbidden(f"tenant {tenant.name!r} may not upload trainer code; a "
                               "platform admin can allow it (PATCH /api/v1/admin/tenants/"
                               "<id> with allow_code_uploads: true)")
 
@@ -51,7 +48,7 @@ def uploads_allowed(tenant: Tenant) -> None:
 def check_name(name: str) -> str:
     clean = name.strip()
     if not clean or len(clean) > MAX_NAME_LENGTH or not _NAME.match(clean):
-        raise CodeUploadError(422, f"name must be 1-{MAX_NAME_LENGTH} letters, digits, "
+        raise Invalid(f"name must be 1-{MAX_NAME_LENGTH} letters, digits, "
                               "spaces, dots, dashes or underscores, starting with a letter or "
                               "digit", "name")
     return clean
@@ -60,17 +57,17 @@ def check_name(name: str) -> str:
 def check_source(filename: str, raw: bytes) -> str:
     """The decoded source if it is a compilable Python file within the limits."""
     if not filename.lower().endswith(".py"):
-        raise CodeUploadError(422, "upload one Python source file whose name ends in .py",
+        raise Invalid("upload one Python source file whose name ends in .py",
                               "file")
     if len(raw) > MAX_CODE_BYTES:
-        raise CodeUploadError(413, f"the source is over the limit of {MAX_CODE_BYTES // 1024} "
+        raise TooLarge(f"the source is over the limit of {MAX_CODE_BYTES // 1024} "
                               "KiB", "file")
     if not raw.strip():
-        raise CodeUploadError(422, "the file is empty", "file")
+        raise Invalid("the file is empty", "file")
     try:
         source = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CodeUploadError(422, f"the file is not UTF-8 text (byte {exc.start})",
+        raise Invalid(f"the file is not UTF-8 text (byte {exc.start})",
                               "file") from None
     try:
         # Compiling parses only: no module code runs in the API process.
@@ -78,10 +75,10 @@ def check_source(filename: str, raw: bytes) -> str:
     except SyntaxError as exc:
         where = f" at line {exc.lineno}" if exc.lineno else ""
         if not where:  # e.g. NUL bytes: not a mistake in any one line
-            raise CodeUploadError(422, f"not valid Python source: {exc.msg}", "file") from None
-        raise CodeUploadError(422, f"Python syntax error{where}: {exc.msg}", "file") from None
+            raise Invalid(f"not valid Python source: {exc.msg}", "file") from None
+        raise Invalid(f"Python syntax error{where}: {exc.msg}", "file") from None
     except ValueError as exc:  # e.g. NUL bytes
-        raise CodeUploadError(422, f"not valid Python source: {exc}", "file") from None
+        raise Invalid(f"not valid Python source: {exc}", "file") from None
     return source
 
 
@@ -140,7 +137,7 @@ def store_code(session: Session, *, tenant_id: int, user_id: int, name: str, fil
     except IntegrityError:
         session.rollback()
         target.unlink(missing_ok=True)
-        raise CodeUploadError(409, f"trainer code named {name!r} exists already",
+        raise Conflict(f"trainer code named {name!r} exists already",
                               "name") from None
     except BaseException:
         session.rollback()
@@ -162,7 +159,7 @@ def jobs_using(session: Session, row: TrainerCode) -> int:
 def delete_code(session: Session, row: TrainerCode) -> None:
     busy = jobs_using(session, row)
     if busy:
-        raise CodeUploadError(409, f"trainer code {row.id} is used by {busy} unfinished "
+        raise Conflict(f"trainer code {row.id} is used by {busy} unfinished "
                               "job(s); cancel them or wait for them to finish")
     path = get_settings().data_dir / row.path
     session.delete(row)

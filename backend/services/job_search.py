@@ -18,6 +18,7 @@ from sqlalchemy.sql import ColumnElement, Select
 from sqlmodel import col
 
 from backend.core.models import Job, JobTag
+from backend.services.errors import Invalid
 
 METRIC = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _COLUMNS: dict[str, Any] = {
@@ -34,8 +35,11 @@ SORT_RULE = ("sort by one of " + ", ".join(SORT_KEYS) + "; put - before it for d
              "held-out value")
 
 
-class BadSearch(ValueError):
+class BadSearch(Invalid, ValueError):
     """A filter or sort the list cannot apply; the message says what is allowed."""
+
+    def __init__(self, message: str, sort: str) -> None:
+        super().__init__(message, loc=("query", "sort"), value=sort)
 
 
 @dataclass(frozen=True)
@@ -87,12 +91,12 @@ def order_by(sort: str) -> list[Any]:
         name = key.removeprefix("metric:")
         if not METRIC.match(name):
             raise BadSearch(f"sort {sort!r}: {name!r} is not a metric name (lower-case "
-                            "letters, digits and _, such as val_loss)")
+                            "letters, digits and _, such as val_loss)", sort)
         expression: Any = col(Job.last_eval)[name].as_float()
     elif key in _COLUMNS:
         expression = _COLUMNS[key]
     else:
-        raise BadSearch(f"sort {sort!r} is not known: {SORT_RULE}")
+        raise BadSearch(f"sort {sort!r} is not known: {SORT_RULE}", sort)
     ordered = expression.desc() if descending else expression.asc()
     return [ordered.nulls_last(), col(Job.id).desc()]
 

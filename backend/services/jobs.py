@@ -19,6 +19,7 @@ from backend.core.models import (
 )
 from backend.core.settings import get_settings
 from backend.schemas import JobCreate, JobPublic, JobResidency, LossHistory, StoppingRule
+from backend.services.errors import Conflict
 from backend.services.job_explanation import explain_job
 from backend.services.pools import (
     known_pools,
@@ -30,7 +31,7 @@ from backend.services.quotas import QuotaExceeded, check_submission, lock_tenant
 from backend.services.specs import SpecError, SpecErrors, uses_gpu, validate_job_spec
 
 
-class JobStateError(Exception):
+class JobStateError(Conflict):
     """The job's current state does not allow the requested action."""
 
 

@@ -33,6 +33,7 @@ from backend.core.models import (
     MetricRecord,
 )
 from backend.core.safe_text import storable
+from backend.services.errors import Conflict
 
 MAX_TAGS = 20
 """Most tags on one job or experiment."""
@@ -42,7 +43,7 @@ TAG_RULE = (f"a tag is 1 to {TAG_MAX} letters, digits or _ . : + - and starts wi
             "or digit")
 
 
-class NotFinished(Exception):
+class NotFinished(Conflict):
     """The run is still queued, running or paused: it cannot be deleted."""
 
 

@@ -30,6 +30,7 @@ from sqlmodel import Session, col
 from backend.core.models import Decision, Job, JobStatus, LossRecord, as_utc
 from backend.scheduling.simulator import SimJob, SimResult
 from backend.scheduling.trace import Arrival, Trace, TraceCurve
+from backend.services.errors import Invalid
 
 MAX_JOBS = 2000
 """Jobs one replay may hold: a simulation of each policy stays within seconds."""
@@ -42,7 +43,7 @@ jobs (docs/scheduling.md, per-chunk overhead)."""
 _BATCH = 500
 
 
-class WorkloadTooLarge(ValueError):
+class WorkloadTooLarge(Invalid, ValueError):
     """The window holds more than one replay may read."""
 
 

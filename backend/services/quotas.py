@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlmodel import Session, col
 
 from backend.core.models import Job, JobStatus, Tenant
+from backend.services.errors import Conflict
 
 QUOTA_FIELDS = ("max_slots", "max_active_jobs", "max_queued_jobs", "max_iterations_per_job",
                 "share_weight")
@@ -21,13 +23,18 @@ class Usage:
     queued_jobs: int
 
 
-class QuotaExceeded(Exception):
+class QuotaExceeded(Conflict):
+    """A tenant quota the request would break: which, its limit and the usage."""
+
     def __init__(self, quota: str, limit: int, usage: int, message: str) -> None:
         super().__init__(message)
         self.quota = quota
         self.limit = limit
         self.usage = usage
-        self.message = message
+
+    def detail(self) -> Any:
+        return {"quota": self.quota, "limit": self.limit, "usage": self.usage,
+                "message": self.message}
 
 
 def usage_by_tenant(session: Session) -> dict[int, Usage]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from backend.core.code_refs import is_code_ref, parse_code_ref
 from backend.core.models import Tenant, TrainerCode
 from backend.core.upload_format import is_upload_ref, parse_upload_ref
+from backend.services.errors import Invalid
 from workers.algorithms.params import ParamSpec
 from workers.datasets import DATASETS
 from workers.trainers.params_schema import ParamsError
@@ -62,10 +63,16 @@ def validate_params(
     return clean
 
 
-class SpecErrors(ValueError):
+class SpecErrors(Invalid, ValueError):
+    """Every problem found in a spec, each at its place in the request body."""
+
     def __init__(self, errors: list[SpecError]) -> None:
         super().__init__("; ".join(e.message for e in errors))
         self.errors = errors
+
+    def detail(self) -> Any:
+        return [{"loc": ["body", *e.loc], "msg": e.message, "type": "value_error"}
+                for e in self.errors]
 
 
 @dataclass(frozen=True)

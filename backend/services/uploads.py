@@ -33,6 +33,7 @@ from sqlmodel import Session
 from backend.core.models import FINISHED, Job, UploadedDataset
 from backend.core.settings import get_settings
 from backend.core.upload_format import UploadArrays, upload_ref, write_npz, write_text_file
+from backend.services.errors import Conflict, Invalid, ServiceError
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 """Largest accepted request body for an upload (the CSV plus form overhead)."""
@@ -57,19 +58,13 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")
 _BLOCK = 4096  # rows converted to numpy at a time
 
 
-class UploadError(Exception):
-    """An upload refused with an HTTP status (413 too large, 409 conflict,
-    422 invalid content) and a message that says what to fix."""
-
-    def __init__(self, status_code: int, message: str, field: str | None = None) -> None:
-        super().__init__(f"{field}: {message}" if field else message)
-        self.status_code = status_code
-        self.message = message
-        self.field = field
+UploadError = ServiceError
+"""Any refused upload: :class:`Invalid` content (at its field), a name
+taken (:class:`Conflict`), a file over the size limit (:class:`TooLarge`)."""
 
 
-def _invalid(field: str, message: str) -> UploadError:
-    return UploadError(422, message, field)
+def _invalid(field: str, message: str) -> Invalid:
+    return Invalid(message, field)
 
 
 def check_name(name: str) -> str:
@@ -359,7 +354,7 @@ def name_taken(session: Session, tenant_id: int, name: str) -> bool:
 
 def store_upload(*, session: Session, parsed: ParsedCsv, name: str, tenant_id: int,
                  user_id: int) -> UploadedDataset:
-    """Write the arrays and insert the row; raises UploadError(409) on a name clash."""
+    """Write the arrays and insert the row; raises Conflict on a name clash."""
     relative = Path("uploads") / str(tenant_id) / f"{uuid.uuid4().hex}.npz"
     target = get_settings().data_dir / relative
     write_npz(target, parsed.arrays)
@@ -383,7 +378,7 @@ def parse_text(stream: IO[bytes]) -> str:
 def store_text_upload(*, session: Session, text: str, name: str, tenant_id: int,
                       user_id: int) -> UploadedDataset:
     """Write a checked text as UTF-8 and insert its row (task ``text``: ``rows``
-    counts characters, ``columns`` distinct characters); 409 on a name clash."""
+    counts characters, ``columns`` distinct characters); Conflict on a name clash."""
     relative = Path("uploads") / str(tenant_id) / f"{uuid.uuid4().hex}.txt"
     target = get_settings().data_dir / relative
     write_text_file(target, text)
@@ -401,7 +396,7 @@ def _insert(session: Session, row: UploadedDataset, target: Path, name: str) -> 
     except IntegrityError:
         session.rollback()
         target.unlink(missing_ok=True)
-        raise UploadError(409, f"a dataset named {name!r} exists already", "name") from None
+        raise Conflict(f"name: a dataset named {name!r} exists already") from None
     except BaseException:
         session.rollback()
         target.unlink(missing_ok=True)
@@ -429,10 +424,10 @@ def jobs_using(session: Session, upload: UploadedDataset) -> int:
 
 
 def delete_upload(session: Session, upload: UploadedDataset) -> None:
-    """Delete the row and then the file; raises UploadError(409) while jobs use it."""
+    """Delete the row and then the file; raises Conflict while jobs use it."""
     busy = jobs_using(session, upload)
     if busy:
-        raise UploadError(409, f"dataset {upload.id} is used by {busy} unfinished job(s); "
+        raise Conflict(f"dataset {upload.id} is used by {busy} unfinished job(s); "
                           "cancel them or wait for them to finish")
     path = get_settings().data_dir / upload.path
     session.delete(upload)

@@ -23,6 +23,7 @@ from backend.scheduling.metrics import Figures, figures, mean_loss_timeline, tim
 from backend.scheduling.registry import POLICIES, policy_runs
 from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
 from backend.scheduling.types import LIVE_HISTORY_POINTS, TenantView
+from backend.services.errors import Invalid
 from backend.services.portal_trace import PortalWorkload
 
 DEFAULT_POLICIES = ("fair", "las", "slaq")
@@ -31,7 +32,7 @@ REPLAYABLE = tuple(sorted(POLICIES))
 TIMELINE_POINTS = 300
 
 
-class NothingToReplay(ValueError):
+class NothingToReplay(Invalid, ValueError):
     """No job of the window completed."""
 
 

@@ -42,6 +42,7 @@ from backend.core.redis_keys import RedisKeys
 from backend.core.settings import get_settings
 from backend.scheduling.registry import policy_runs
 from backend.scheduling.types import TenantView
+from backend.services.errors import Conflict
 from backend.services.portal_trace import (
     PortalWorkload,
     WorkloadTooLarge,
@@ -71,7 +72,7 @@ return redis.call('del', KEYS[1])
 """
 
 
-class ReplayBusy(RuntimeError):
+class ReplayBusy(Conflict, RuntimeError):
     """Another replay holds the lease."""
 
     def __init__(self, running: Mapping[str, Any] | None) -> None:

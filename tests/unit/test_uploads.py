@@ -18,6 +18,7 @@ from backend.core.upload_format import (
     write_npz,
 )
 from backend.services import uploads
+from backend.services.errors import Invalid
 from backend.services.uploads import UploadError, parse_csv
 
 
@@ -38,7 +39,7 @@ def _refused(text: str | bytes, task: uploads.UploadTask = "classification",
     data = text if isinstance(text, bytes) else text.encode()
     with pytest.raises(UploadError) as info:
         parse_csv(io.BytesIO(data), task=task, label=label)
-    assert info.value.status_code == 422
+    assert isinstance(info.value, Invalid)  # answered 422 (backend.api.errors)
     return info.value
 
 
