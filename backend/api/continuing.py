@@ -4,7 +4,7 @@ like deletions, and admitted against the quotas like submissions."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, status
 from pydantic import Field
 
 from backend.api.deps import CurrentTenant, DbId, KeysDep, RedisDep, SessionDep
@@ -31,11 +31,8 @@ def continue_job(job_id: DbId, change: continuing.ContinueRequest, session: Sess
     stopping rule (409 unless completed or cancelled; 422 for a rule it
     could not train on under)."""
     job = scope.get_owned(session, Job, job_id)
-    # SpecErrors (422) and QuotaExceeded (409) become responses in backend.main.
-    try:
-        before = continuing.continue_job(session=session, job=job, change=change)
-    except continuing.NotContinuable as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    # Its refusals (409, 422) are service errors: backend.api.errors answers them.
+    before = continuing.continue_job(session=session, job=job, change=change)
     audit.record(session, actor=scope.user, action="job.continue", target=f"job {job_id}",
                  tenant_id=job.tenant_id, name=job.name, before=before,
                  after={"max_iterations": job.max_iterations, "target_loss": job.target_loss,

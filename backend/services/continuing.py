@@ -28,6 +28,7 @@ from sqlmodel import Session
 from backend.core.models import Experiment, Job, JobStatus, Tenant, User, utcnow
 from backend.core.settings import get_settings
 from backend.services import jobs as job_service
+from backend.services.errors import Conflict
 from backend.services.experiment_specs import (
     MAX_CONFIGURATIONS,
     Axis,
@@ -46,7 +47,7 @@ is the last good state before what broke it, and training is deterministic,
 so it would break again the same way."""
 
 
-class NotContinuable(Exception):
+class NotContinuable(Conflict):
     """The job is not finished, or finished in a way it cannot go on from."""
 
 
