@@ -7,8 +7,16 @@ asked for predictive early stopping, each slot the policy granted to one of
 its jobs goes to its waiting configuration with the best objective so far
 instead (its latest value). The experiment gets no more slots than before,
 and no other job gets fewer; only the order inside the experiment changes.
-Jobs the predictor cannot extrapolate yet (their first chunks) keep their
-grants, so every configuration is measured before it is compared.
+Jobs the rule may not judge yet (below its ``min_iterations``, its first
+rung) or the predictor cannot extrapolate yet keep their grants, so every
+configuration runs to its first judgement before it is compared. Comparing
+sooner starved configurations for good: a new job's first grant measures its
+speed over a few iterations, two points are enough to extrapolate, and a
+configuration that was behind at iteration 10 then lost every slot the
+policy gave it to the leaders, so the rule, which judges from iteration
+``min_iterations`` on, never saw it until the leaders had run their whole
+budgets (a live 5-rate sweep of 100,000 iterations: the worst rate waited
+105 s at iteration 10, then was stopped within a second of running).
 
 Why the latest value and not the predicted final: on both recorded sweeps
 and every cluster size measured, ranking by the predicted final reached the
@@ -41,15 +49,16 @@ class Standing:
 
 def standings(experiment_id: int, config: RuleConfig,
               trials: Iterable[Trial]) -> dict[int, Standing]:
-    """Standings of an experiment's jobs the predictor can extrapolate, by
-    their latest objective; none unless the experiment asked for predictive
-    stopping."""
+    """Standings of an experiment's jobs that the rule judges (from
+    ``min_iterations`` on) and the predictor can extrapolate, by their latest
+    objective; none unless the experiment asked for predictive stopping."""
     if config.rule != "predictive":
         return {}
     sign = -1.0 if config.maximise else 1.0
     out = {}
     for trial in trials:
-        if trial.final is None or not trial.points:
+        if trial.final is None or not trial.points \
+                or trial.iterations_done < config.min_iterations:
             continue
         iteration, value = trial.points[-1]
         out[trial.job_id] = Standing(

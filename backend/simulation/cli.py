@@ -25,7 +25,7 @@ STANDARD_TRACE = REPO_ROOT / "data" / "traces" / "standard.json"
 TORCH_TRACE = REPO_ROOT / "data" / "traces" / "torch.json"
 """Deep-learning curves of the PyTorch trainers (``slaq record-trace --preset torch``)."""
 SWEEP_TRACES = {name: REPO_ROOT / "data" / "traces" / f"{name}.json"
-                for name in ("sweep-numpy", "sweep-torch")}
+                for name in ("sweep-numpy", "sweep-torch", "sweep-cnn", "sweep-transformer")}
 """Every configuration of a sweep (``slaq record-trace --preset sweep-numpy``)."""
 SIM_POLICIES = ("fifo", "fair", "las", "slaq-classic", "slaq", "oracle")
 """Default comparison order: baselines first, oracle last."""
@@ -133,8 +133,8 @@ def record_trace_main(argv: list[str]) -> int:
     parser.add_argument("--preset", choices=["standard", "small", "torch", *SWEEP_TRACES],
                         default="standard",
                         help="which set of runs (small: the golden-test trace; torch: the "
-                        "PyTorch trainers, needs the torch extra; sweep-numpy and "
-                        "sweep-torch: 30-configuration sweeps for tests/bench/sweeps.py)")
+                        "PyTorch trainers, needs the torch extra; sweep-numpy, sweep-torch, "
+                        "sweep-cnn, sweep-transformer: sweeps for tests/bench/sweeps.py)")
     parser.add_argument("--only", action="append", default=[],
                         help="keep runs whose id contains this text (repeatable)")
     parser.add_argument("--from-portal", action="store_true",
@@ -246,15 +246,14 @@ def _record_torch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 
 def _record_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from backend.simulation.record_sweeps import record_numpy_sweep, record_torch_sweep
+    from backend.simulation.record_sweeps import RECORDERS
 
     if args.only:
         parser.error("--only does not apply to sweeps: a sweep is recorded whole")
     try:
-        record = record_torch_sweep if args.preset == "sweep-torch" else record_numpy_sweep
-        trace = record(lambda line: print(line, flush=True))
+        trace = RECORDERS[args.preset](lambda line: print(line, flush=True))
     except ImportError as exc:
-        parser.error(f"the sweep-torch preset needs the torch extra (pip install '.[torch]'): "
+        parser.error(f"the {args.preset} preset needs the torch extra (pip install '.[torch]'): "
                      f"{exc}")
     out: Path = args.out or SWEEP_TRACES[args.preset]
     out.parent.mkdir(parents=True, exist_ok=True)

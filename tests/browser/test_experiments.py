@@ -279,8 +279,6 @@ OPEN_IDS = ("() => Array.from(document.querySelectorAll('#why-running li'))"
             ".map((l) => +l.dataset.job)")
 
 
-@pytest.mark.skip(reason="has never passed: no run is stopped within 180 s on this sweep "
-                  "(issue 41, open); the API figures are covered by test_live_stopping")
 def test_experiment_page_says_what_the_rule_stopped_saved_and_why_the_rest_run(
         page: Page, accounts: Callable[..., Account], browser_portal: Portal) -> None:
     user = accounts("why@why-team.test", tenant="why-team")
@@ -289,10 +287,15 @@ def test_experiment_page_says_what_the_rule_stopped_saved_and_why_the_rest_run(
             pytest.skip("the experiments API is not in this portal yet")
         # Top 3 of 5: the rule never stops the (up to three) best, so of the
         # four good rates at least one is judged against what the top 3 need.
+        # First judged at 2% of the 100,000-iteration budget: at 30 iterations
+        # no band can tell where 1e-5 ends 100,000 iterations later, and the
+        # experiment's focus gives the leaders every slot from a configuration's
+        # first judgement on, so on a loaded machine 1e-5 waited at 120 iterations
+        # for the leaders to finish.
         exp = create_experiment(
             api, name="why-sweep",
             space={"learning_rate": {"type": "choice", "values": [1e-5, 0.05, 0.1, 0.3, 0.5]}},
-            early_stopping={"rule": "predictive", "top_k": 3, "min_iterations": 30})
+            early_stopping={"rule": "predictive", "top_k": 3, "min_iterations": 2000})
         sign_in(page, user, f"/experiments/{exp['id']}")
 
         seen: list[Any] = []
@@ -314,7 +317,7 @@ def test_experiment_page_says_what_the_rule_stopped_saved_and_why_the_rest_run(
             f"(estimated: {got['saved_estimate']})")
         assert got["saved_slot_seconds"] > 0
         expect(page.get_by_test_id("rungs")).to_contain_text(
-            "grants end at iterations 30, 60, 120, 240")
+            "grants end at iterations 2,000, 4,000, 8,000, 16,000")
 
         def page_lists_the_open_runs() -> bool:
             now = api.get(f"/api/v1/experiments/{exp['id']}").json()["jobs"]
@@ -325,6 +328,9 @@ def test_experiment_page_says_what_the_rule_stopped_saved_and_why_the_rest_run(
         wait_until(page_lists_the_open_runs, 30, "one line per running configuration")
         stopped = next(j for j in got["jobs"] if j["stopped_early"])
         expect(page.locator(f"#why-running li[data-job='{stopped['id']}']")).to_have_count(0)
+        # Its row says so too, in the same refresh as the summary above it.
+        expect(page.locator(f"#compare-table tr[data-job-id='{stopped['id']}']")
+               .get_by_test_id("stopped-early")).to_have_text("stopped early")
         # At least one line in the rule's numbers, as the API gives it.
         expect(page.locator("#why-running .why-running").filter(has_text=KEPT).first) \
             .to_be_visible(timeout=15_000)

@@ -103,6 +103,29 @@ def test_standings_rank_extrapolated_jobs_of_predictive_experiments_by_latest_va
     assert ranked[3].text == "its latest val_accuracy 0.8 (iteration 300)"
 
 
+def test_a_configuration_is_not_compared_before_the_rule_may_judge_it() -> None:
+    # A live 5-rate sweep: the worst rate's first grant measured its speed over
+    # 10 iterations; two points extrapolate, so it was ranked behind the
+    # leaders and lost every slot the policy gave it, never reaching iteration
+    # 30, where the rule would first judge it.
+    config = RuleConfig(rule="predictive", top_k=3, min_iterations=30)
+    slow = Trial(job_id=1, iterations_done=10, max_iterations=100_000,
+                 points=tuple((i, 1.1 - 0.0002 * i) for i in range(1, 11)),
+                 final=(0.5, 0.2, 0.8))
+    leader = Trial(job_id=2, iterations_done=5000, max_iterations=100_000,
+                   points=((30, 0.3), (5000, 0.0526)), final=(0.0526, 0.0520, 0.0530))
+    ranked = standings(7, config, [slow, leader])
+    assert sorted(ranked) == [2]
+    # So the slot the policy gives the slow one stays its own ...
+    jobs = snapshot(view(1, done=10), view(2))
+    out = focus(jobs, [Grant(1, 30, "fair share")], ranked)
+    assert [g.job_id for g in out] == [1]
+    # ... until it has reached its first rung; from there it is compared.
+    judged = replace(slow, iterations_done=30,
+                     points=tuple((i, 1.1 - 0.0002 * i) for i in range(1, 31)))
+    assert sorted(standings(7, config, [judged, leader])) == [1, 2]
+
+
 def test_the_queue_is_explained_as_it_will_be_granted() -> None:
     # FIFO ranks job 1 first; the experiment's leader is job 3.
     jobs = replace(snapshot(view(1), view(2), view(3)), free_slots=0)

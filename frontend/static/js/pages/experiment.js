@@ -286,11 +286,15 @@ function renderLabels(exp) {
 
 async function refresh() {
   const exp = await api(`/api/v1/experiments/${EXPERIMENT_ID}`);
+  // Every run's details first, then the head and the table together: drawn
+  // before them, the head said "Stopped early: 1" while the run's row still
+  // said queued, for as long as the runs took to load.
+  const rows = await runs(exp);
   state.experiment = exp;
   renderHead(exp);
   renderLabels(exp);
   if (exp.objective) state.view.setObjective(exp.objective);
-  await state.view.update(await runs(exp));
+  await state.view.update(rows);
   const open = (exp.jobs || []).some((j) => !TERMINAL.has(j.status));
   showState($("#experiment-live"), open ? "live" : "off");
   return open;
