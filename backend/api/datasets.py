@@ -24,7 +24,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from backend.api.deps import CurrentTenant, DbId, SessionDep
 from backend.core.models import Role, UploadedDataset, as_utc
 from backend.core.upload_format import read_npz, upload_file, upload_ref
-from backend.services import uploads
+from backend.services import csv_import, uploads
 from backend.services.errors import Conflict, Invalid, TooLarge
 from backend.services.uploads import MAX_UPLOAD_BYTES, TASKS
 from workers.text_data import MAX_TEXT_BYTES, MIN_TEXT_CHARS
@@ -81,7 +81,7 @@ _UPLOAD_BODY: dict[str, Any] = {
             "properties": {
                 "file": {"type": "string", "format": "binary",
                          "description": f"CSV, UTF-8, at most {MAX_UPLOAD_BYTES // 2**20} MB, "
-                         f"{uploads.MAX_ROWS:,} rows, {uploads.MAX_COLUMNS} columns; "
+                         f"{csv_import.MAX_ROWS:,} rows, {csv_import.MAX_COLUMNS} columns; "
                          "an optional header row. For task text: a UTF-8 text file of "
                          f"{MIN_TEXT_CHARS} characters to {MAX_TEXT_BYTES // 2**20} MB"},
                 "name": {"type": "string", "maxLength": uploads.MAX_NAME_LENGTH,
@@ -143,7 +143,7 @@ def _create(session: SessionDep, scope: CurrentTenant, file: UploadFile, name: s
         return uploads.store_text_upload(session=session, text=uploads.parse_text(file.file),
                                          name=clean_name, tenant_id=tenant_id,
                                          user_id=scope.user.id or 0)
-    parsed = uploads.parse_csv(file.file, task=clean_task, label=label)
+    parsed = csv_import.parse_csv(file.file, task=clean_task, label=label)
     return uploads.store_upload(session=session, parsed=parsed, name=clean_name,
                                 tenant_id=tenant_id, user_id=scope.user.id or 0)
 

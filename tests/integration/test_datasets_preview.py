@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from backend.services.uploads import UploadError, parse_csv
+from backend.services.csv_import import parse_csv
+from backend.services.uploads import UploadError
 from tests.utils.portal import Portal
 
 FLOWERS = "sepal_length,petals,species\n" + "".join(
