@@ -10,33 +10,22 @@ uploads (task ``text``) are plain UTF-8 ``.txt`` files.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from backend.core.file_refs import UPLOAD
 from backend.core.settings import get_settings
 
-UPLOAD_PREFIX = "upload:"
+UPLOAD_PREFIX = UPLOAD.prefix
 """Datasets whose name starts with this are tenants' uploads, by id."""
 
-_REF = re.compile(r"^upload:([1-9][0-9]{0,17})$")
-
-
-def upload_ref(upload_id: int) -> str:
-    """The dataset name a job spec uses for upload ``upload_id``."""
-    return f"{UPLOAD_PREFIX}{upload_id}"
-
-
-def is_upload_ref(dataset: str) -> bool:
-    return dataset.startswith(UPLOAD_PREFIX)
-
-
-def parse_upload_ref(dataset: str) -> int | None:
-    """The upload id in ``"upload:<id>"``, or None if ``dataset`` is not that form."""
-    match = _REF.match(dataset)
-    return int(match.group(1)) if match else None
+upload_ref = UPLOAD.ref
+"""The dataset name a job spec uses for upload ``upload_id``."""
+is_upload_ref = UPLOAD.is_ref
+parse_upload_ref = UPLOAD.parse
+"""The upload id in ``"upload:<id>"``, or None if ``dataset`` is not that form."""
 
 
 @dataclass(frozen=True, eq=False)
