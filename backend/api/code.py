@@ -12,20 +12,17 @@ from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy import select
-from sqlmodel import col
-from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
 
 from backend.api.deps import CurrentTenant, DbId, SessionDep
-from backend.core.models import Role, TrainerCode, as_utc
-from backend.services import code_uploads
+from backend.api.tenant_files import form_file, list_owned, multipart_form, owned_for_deletion
+from backend.core.models import TrainerCode, as_utc
+from backend.services import code_uploads, tenant_files
 from backend.services.code_uploads import MAX_CODE_BYTES
-from backend.services.errors import Invalid, TooLarge
+from backend.services.errors import TooLarge
 
 router = APIRouter(prefix="/api/v1/code", tags=["code"])
 
@@ -49,7 +46,7 @@ class CodePublic(BaseModel):
 
 
 def _public(row: TrainerCode) -> CodePublic:
-    return CodePublic(id=row.id or 0, algorithm=code_uploads.code_ref(row.id or 0),
+    return CodePublic(id=row.id or 0, algorithm=TrainerCode.ref.ref(row.id or 0),
                       name=row.name, filename=row.filename, size=row.size, sha256=row.sha256,
                       tenant_id=row.tenant_id, user_id=row.user_id,
                       created_at=as_utc(row.created_at), contract=code_uploads.code_contract(row))
@@ -94,28 +91,16 @@ async def upload_code(request: Request, session: SessionDep,
     """Upload a trainer (multipart: file, optional name). It is only compiled here,
     never run; jobs run it sandboxed as ``"algorithm": "code:<id>"``."""
     code_uploads.uploads_allowed(scope.tenant)
-    content_type = request.headers.get("content-type", "")
-    if not content_type.lower().startswith("multipart/form-data"):
-        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-                            "send multipart/form-data with a file field named 'file'")
-    parser = MultiPartParser(request.headers, _capped_body(request), max_files=1, max_fields=5,
-                             max_part_size=MAX_BODY_BYTES)
-    try:
-        form = await parser.parse()
-    except MultiPartException as exc:
-        raise Invalid(f"not a valid multipart body: {exc.message}", "file") from None
-    try:
-        file = form.get("file")
-        if not isinstance(file, UploadFile):
-            raise Invalid("attach the source as a file field named 'file'", "file")
+    async with multipart_form(request, _capped_body(request),
+                              fields="a file field named 'file'", max_fields=5,
+                              max_part_size=MAX_BODY_BYTES) as form:
+        file = form_file(form, "the source")
         filename = file.filename or ""
         name_field = form.get("name")
         name = name_field if isinstance(name_field, str) and name_field.strip() else (
             filename.rsplit("/", 1)[-1].removesuffix(".py"))
         raw = await file.read(MAX_CODE_BYTES + 1)
         row = await run_in_threadpool(_create, session, scope, filename, name, raw)
-    finally:
-        await form.close()
     return _public(row)
 
 
@@ -131,15 +116,13 @@ def _create(session: SessionDep, scope: CurrentTenant, filename: str, name: str,
 @router.get("", response_model=list[CodePublic])
 def list_code(session: SessionDep, scope: CurrentTenant) -> list[CodePublic]:
     """Your tenant's uploaded trainers, newest first (a platform admin sees every tenant's)."""
-    query = scope.filter(select(TrainerCode), col(TrainerCode.tenant_id))
-    rows = session.execute(query.order_by(col(TrainerCode.id).desc())).scalars().all()
-    return [_public(r) for r in rows]
+    return [_public(r) for r in list_owned(session, scope, TrainerCode)]
 
 
 @router.get("/{code_id}", response_model=CodePublic)
 def get_code(code_id: DbId, session: SessionDep, scope: CurrentTenant) -> CodePublic:
     """One uploaded trainer and the name jobs use for it."""
-    return _public(scope.get_owned(session, TrainerCode, code_id, noun="trainer code"))
+    return _public(scope.get_owned(session, TrainerCode, code_id, noun=TrainerCode.noun))
 
 
 @router.delete("/{code_id}", status_code=status.HTTP_204_NO_CONTENT,
@@ -147,8 +130,5 @@ def get_code(code_id: DbId, session: SessionDep, scope: CurrentTenant) -> CodePu
 def delete_code(code_id: DbId, session: SessionDep, scope: CurrentTenant) -> None:
     """Delete uploaded code (its uploader or an admin); refused (409) while an
     unfinished job uses it."""
-    row = scope.get_owned(session, TrainerCode, code_id, noun="trainer code")
-    if row.user_id != scope.user.id and scope.user.role == Role.member:
-        raise HTTPException(status.HTTP_403_FORBIDDEN,
-                            "only the uploader or a tenant admin can delete this code")
-    code_uploads.delete_code(session, row)
+    row = owned_for_deletion(session, scope, TrainerCode, code_id, it="this code")
+    tenant_files.delete(session, row)

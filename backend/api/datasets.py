@@ -16,16 +16,14 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy import select
-from sqlmodel import col
 from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
 
 from backend.api.deps import CurrentTenant, DbId, SessionDep
-from backend.core.models import Role, UploadedDataset, as_utc
-from backend.core.upload_format import read_npz, upload_file, upload_ref
-from backend.services import csv_import, uploads
-from backend.services.errors import Conflict, Invalid, TooLarge
+from backend.api.tenant_files import form_file, list_owned, multipart_form, owned_for_deletion
+from backend.core.models import UploadedDataset, as_utc
+from backend.core.upload_format import read_npz, upload_file
+from backend.services import csv_import, tenant_files, uploads
+from backend.services.errors import Invalid, TooLarge
 from backend.services.uploads import MAX_UPLOAD_BYTES, TASKS
 from workers.text_data import MAX_TEXT_BYTES, MIN_TEXT_CHARS
 
@@ -52,7 +50,8 @@ class DatasetPublic(BaseModel):
 
 
 def _public(row: UploadedDataset) -> DatasetPublic:
-    return DatasetPublic(id=row.id or 0, dataset=upload_ref(row.id or 0), name=row.name,
+    return DatasetPublic(id=row.id or 0, dataset=UploadedDataset.ref.ref(row.id or 0),
+                         name=row.name,
                          task=row.task, tasks=list(uploads.upload_tasks(row.task)),
                          rows=row.rows, columns=row.columns, n_classes=row.n_classes,
                          tenant_id=row.tenant_id, user_id=row.user_id,
@@ -105,20 +104,10 @@ async def upload_dataset(request: Request, session: SessionDep,
                          scope: CurrentTenant) -> DatasetPublic | JSONResponse:
     """Upload a CSV (multipart: file, name, task, optional label) as a dataset of your tenant;
     with task ``text``, a UTF-8 text file for character-level language models."""
-    content_type = request.headers.get("content-type", "")
-    if not content_type.lower().startswith("multipart/form-data"):
-        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-                            "send multipart/form-data with fields file, name and task")
-    parser = MultiPartParser(request.headers, _capped_body(request), max_files=1, max_fields=10,
-                             max_part_size=64 * 1024)
-    try:
-        form = await parser.parse()
-    except MultiPartException as exc:
-        raise Invalid(f"not a valid multipart body: {exc.message}", "file") from None
-    try:
-        file = form.get("file")
-        if not isinstance(file, UploadFile):
-            raise Invalid("attach the CSV as a file field named 'file'", "file")
+    async with multipart_form(request, _capped_body(request),
+                              fields="fields file, name and task", max_fields=10,
+                              max_part_size=64 * 1024) as form:
+        file = form_file(form, "the CSV")
         fields = {key: form.get(key) for key in ("name", "task", "label")}
         text = {k: v for k, v in fields.items() if isinstance(v, str)}
         for key in ("name", "task"):
@@ -126,8 +115,6 @@ async def upload_dataset(request: Request, session: SessionDep,
                 raise Invalid("this field is required", key)
         row = await run_in_threadpool(
             _create, session, scope, file, text["name"], text["task"], text.get("label"))
-    finally:
-        await form.close()
     return _public(row)
 
 
@@ -137,7 +124,7 @@ def _create(session: SessionDep, scope: CurrentTenant, file: UploadFile, name: s
     clean_task = uploads.check_task(task)
     tenant_id = scope.tenant.id or 0
     if uploads.name_taken(session, tenant_id, clean_name):
-        raise Conflict(f"name: a dataset named {clean_name!r} exists already")
+        raise uploads.name_clash(clean_name)
     file.file.seek(0)
     if clean_task == "text":
         return uploads.store_text_upload(session=session, text=uploads.parse_text(file.file),
@@ -151,15 +138,13 @@ def _create(session: SessionDep, scope: CurrentTenant, file: UploadFile, name: s
 @router.get("", response_model=list[DatasetPublic])
 def list_datasets(session: SessionDep, scope: CurrentTenant) -> list[DatasetPublic]:
     """Your tenant's uploaded datasets, newest first (a platform admin sees every tenant's)."""
-    query = scope.filter(select(UploadedDataset), col(UploadedDataset.tenant_id))
-    rows = session.execute(query.order_by(col(UploadedDataset.id).desc())).scalars().all()
-    return [_public(r) for r in rows]
+    return [_public(r) for r in list_owned(session, scope, UploadedDataset)]
 
 
 @router.get("/{dataset_id}", response_model=DatasetPublic)
 def get_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant) -> DatasetPublic:
     """One uploaded dataset: its shape, task and the name jobs use for it."""
-    return _public(scope.get_owned(session, UploadedDataset, dataset_id, noun="dataset"))
+    return _public(scope.get_owned(session, UploadedDataset, dataset_id, noun=UploadedDataset.noun))
 
 
 @router.delete("/{dataset_id}", status_code=status.HTTP_204_NO_CONTENT,
@@ -167,11 +152,8 @@ def get_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant) -> 
 def delete_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant) -> None:
     """Delete an uploaded dataset (its uploader or an admin); refused (409) while an
     unfinished job uses it."""
-    row = scope.get_owned(session, UploadedDataset, dataset_id, noun="dataset")
-    if row.user_id != scope.user.id and scope.user.role == Role.member:
-        raise HTTPException(status.HTTP_403_FORBIDDEN,
-                            "only the uploader or a tenant admin can delete this dataset")
-    uploads.delete_upload(session, row)
+    row = owned_for_deletion(session, scope, UploadedDataset, dataset_id, it="this dataset")
+    tenant_files.delete(session, row)
 
 
 class PreviewColumn(BaseModel):
@@ -210,7 +192,7 @@ def preview_dataset(dataset_id: DbId, session: SessionDep, scope: CurrentTenant,
     """The first rows of an uploaded dataset as stored (features, then the label),
     with each column's name and type. The label column's CSV header is not
     kept: it is shown as "label" (classification) or "target" (regression)."""
-    row = scope.get_owned(session, UploadedDataset, dataset_id, noun="dataset")
+    row = scope.get_owned(session, UploadedDataset, dataset_id, noun=UploadedDataset.noun)
     if row.task == "text":
         return _text_preview(row, dataset_id)
     try:

@@ -31,6 +31,7 @@ from backend.core.redis_conn import get_keys, get_redis, quick_client_for
 from backend.core.redis_keys import RedisKeys
 from backend.core.settings import get_settings
 from backend.security import hash_token
+from backend.services.tenant_files import find_owned
 from backend.services.web_sessions import CSRF_HEADER, SESSION_COOKIE, find_session
 
 
@@ -233,10 +234,10 @@ class TenantScope:
     def get_owned(self, session: Session, model: type[_Row], row_id: int, *,
                   noun: str | None = None) -> _Row:
         """The row, or a 404 naming ``noun`` (default: the model's name)."""
-        row = session.get(model, row_id)
         # Another tenant's row is reported as missing, not forbidden: its
         # existence is none of the caller's business.
-        if row is None or not self.allows(row.tenant_id):
+        row = find_owned(session, model, row_id, self.only_tenant_id)
+        if row is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND,
                                 f"{noun or model.__name__.lower()} {row_id} not found")
         return row

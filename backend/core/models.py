@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
+
+from backend.core.file_refs import CODE, UPLOAD, FileRef
 
 
 def utcnow() -> datetime:
@@ -229,20 +231,43 @@ class MetricRecord(SQLModel, table=True):
     value: float
 
 
-class TrainerCode(SQLModel, table=True):
-    """A tenant's uploaded trainer source; jobs name it ``code:<id>``."""
-
-    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_code_tenant_name"),)
+class TenantFile(SQLModel):
+    """What every file a tenant uploads has (a dataset, trainer code): its
+    owner and uploader, a name unique within the tenant, and where the file
+    lies under ``DATA_DIR``. A job names one as ``ref.ref(id)`` in its
+    ``job_field``; :mod:`backend.services.tenant_files` finds, counts the
+    jobs using and deletes any kind alike."""
 
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", index=True)
     user_id: int = Field(foreign_key="user.id")
     name: str = Field(max_length=64)
-    filename: str = Field(max_length=255)
     path: str
+    """Relative to ``DATA_DIR``: ``<directory>/<tenant id>/<random>.<suffix>``."""
+    created_at: datetime = Field(default_factory=utcnow)
+
+    ref: ClassVar[FileRef]
+    """How a job names a file of this kind."""
+    job_field: ClassVar[str]
+    """The ``Job`` column that holds that name."""
+    noun: ClassVar[str]
+    """What a user calls one, in messages ("dataset 3 not found")."""
+    directory: ClassVar[str]
+    """Where under ``DATA_DIR`` the files of this kind are stored."""
+
+
+class TrainerCode(TenantFile, table=True):
+    """A tenant's uploaded trainer source; jobs name it ``code:<id>``."""
+
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_code_tenant_name"),)
+    ref: ClassVar[FileRef] = CODE
+    job_field: ClassVar[str] = "algorithm"
+    noun: ClassVar[str] = "trainer code"
+    directory: ClassVar[str] = "code"
+
+    filename: str = Field(max_length=255)
     sha256: str = Field(max_length=64)
     size: int
-    created_at: datetime = Field(default_factory=utcnow)
 
 
 class Decision(SQLModel, table=True):
@@ -293,18 +318,17 @@ class AuditLog(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, index=True)
 
 
-class UploadedDataset(SQLModel, table=True):
-    """A tenant's CSV dataset, validated and stored as a numpy file."""
+class UploadedDataset(TenantFile, table=True):
+    """A tenant's CSV dataset, validated and stored as a numpy file (or a
+    text file for language models); jobs name it ``upload:<id>``."""
 
     __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_dataset_tenant_name"),)
+    ref: ClassVar[FileRef] = UPLOAD
+    job_field: ClassVar[str] = "dataset"
+    noun: ClassVar[str] = "dataset"
+    directory: ClassVar[str] = "uploads"
 
-    id: int | None = Field(default=None, primary_key=True)
-    tenant_id: int = Field(foreign_key="tenant.id", index=True)
-    user_id: int = Field(foreign_key="user.id")
-    name: str = Field(max_length=64)
     task: str
     rows: int
     columns: int
     n_classes: int = 0
-    path: str
-    created_at: datetime = Field(default_factory=utcnow)

@@ -1,4 +1,5 @@
-"""Tenants' uploaded trainer code: checks, storage, lookup.
+"""Tenants' uploaded trainer code: its own checks (what every tenant file
+shares, lookup, jobs using it, deletion, is :mod:`backend.services.tenant_files`'s).
 
 An upload is one UTF-8 Python file that compiles. The API only ever
 ``compile()``s it (to report syntax errors at upload time); it is never
@@ -12,18 +13,16 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-import uuid
 from pathlib import Path
 from typing import Literal
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col
+from sqlmodel import Session
 
-from backend.core.code_refs import code_ref, parse_code_ref
-from backend.core.models import FINISHED, Job, Tenant, TrainerCode
+from backend.core.code_refs import parse_code_ref
+from backend.core.models import Tenant, TrainerCode
 from backend.core.settings import get_settings
+from backend.services import tenant_files
 from backend.services.errors import Conflict, Forbidden, Invalid, ServiceError, TooLarge
 
 MAX_CODE_BYTES = 256 * 1024
@@ -124,47 +123,16 @@ def contract_of(raw: bytes) -> Contract:
 
 def store_code(session: Session, *, tenant_id: int, user_id: int, name: str, filename: str,
                raw: bytes) -> TrainerCode:
-    relative = Path("code") / str(tenant_id) / f"{uuid.uuid4().hex}.py"
+    """Write the source and insert its row; raises Conflict on a name clash."""
+    relative = tenant_files.new_path(TrainerCode, tenant_id, ".py")
     target = get_settings().data_dir / relative
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(raw)
     row = TrainerCode(tenant_id=tenant_id, user_id=user_id, name=name,
                       filename=Path(filename).name[:255], path=relative.as_posix(),
                       sha256=hashlib.sha256(raw).hexdigest(), size=len(raw))
-    session.add(row)
-    try:
-        session.commit()
-    except IntegrityError:
-        session.rollback()
-        target.unlink(missing_ok=True)
-        raise Conflict(f"trainer code named {name!r} exists already",
-                              "name") from None
-    except BaseException:
-        session.rollback()
-        target.unlink(missing_ok=True)
-        raise
-    session.refresh(row)
-    return row
-
-
-def jobs_using(session: Session, row: TrainerCode) -> int:
-    count = session.execute(
-        select(func.count()).select_from(Job).where(
-            col(Job.algorithm) == code_ref(row.id or 0),
-            col(Job.status).not_in([s.value for s in FINISHED]))
-    ).scalar_one()
-    return int(count)
-
-
-def delete_code(session: Session, row: TrainerCode) -> None:
-    busy = jobs_using(session, row)
-    if busy:
-        raise Conflict(f"trainer code {row.id} is used by {busy} unfinished "
-                              "job(s); cancel them or wait for them to finish")
-    path = get_settings().data_dir / row.path
-    session.delete(row)
-    session.commit()
-    path.unlink(missing_ok=True)
+    return tenant_files.insert(session, row, name_clash=Conflict(
+        f"trainer code named {name!r} exists already", "name"))
 
 
 def load_trainer_code(engine: Engine, code_ref_text: str, tenant_id: int, *,
@@ -178,9 +146,9 @@ def load_trainer_code(engine: Engine, code_ref_text: str, tenant_id: int, *,
     if code_id is None:
         raise LookupError(f"{code_ref_text!r} is not a trainer code reference (code:<id>)")
     with Session(engine) as session:
-        row = session.get(TrainerCode, code_id)
-    # Another tenant's code is reported as missing, as the API does.
-    if row is None or row.tenant_id != tenant_id:
+        # Another tenant's code is reported as missing, as the API does.
+        row = tenant_files.find_owned(session, TrainerCode, code_id, tenant_id)
+    if row is None:
         raise LookupError(f"trainer code {code_id} not found")
     path = ((data_dir or get_settings().data_dir) / row.path).resolve()
     if not path.is_file():

@@ -1,4 +1,5 @@
-"""Tenants' datasets: names and tasks, storage, lookup.
+"""Tenants' datasets: names and tasks, storage, lookup (what every tenant
+file shares is :mod:`backend.services.tenant_files`'s).
 
 A CSV becomes a dataset in three steps: :func:`backend.services.csv_import.
 parse_csv` reads it row by row into numeric arrays (refusing anything it would
@@ -16,17 +17,14 @@ distinct characters (``columns``).
 from __future__ import annotations
 
 import re
-import uuid
-from pathlib import Path
 from typing import IO, Literal
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from backend.core.models import FINISHED, Job, UploadedDataset
+from backend.core.models import UploadedDataset
 from backend.core.settings import get_settings
-from backend.core.upload_format import upload_ref, write_npz, write_text_file
+from backend.core.upload_format import write_npz, write_text_file
+from backend.services import tenant_files
 from backend.services.csv_import import ParsedCsv, UploadTask
 from backend.services.errors import Conflict, Invalid, ServiceError
 
@@ -76,27 +74,24 @@ def check_task(task: str) -> UploadTask | TextTask:
     raise _invalid("task", f"must be one of {', '.join(TASKS)}; got {task!r}")
 
 
-def uploads_root() -> Path:
-    return get_settings().data_dir / "uploads"
-
-
 def name_taken(session: Session, tenant_id: int, name: str) -> bool:
-    return session.execute(
-        select(UploadedDataset.id).where(  # type: ignore[call-overload]
-            UploadedDataset.tenant_id == tenant_id, UploadedDataset.name == name)
-    ).first() is not None
+    return tenant_files.name_taken(session, UploadedDataset, tenant_id, name)
+
+
+def name_clash(name: str) -> Conflict:
+    """The refusal of a second dataset named ``name`` in one tenant."""
+    return Conflict(f"name: a dataset named {name!r} exists already")
 
 
 def store_upload(*, session: Session, parsed: ParsedCsv, name: str, tenant_id: int,
                  user_id: int) -> UploadedDataset:
     """Write the arrays and insert the row; raises Conflict on a name clash."""
-    relative = Path("uploads") / str(tenant_id) / f"{uuid.uuid4().hex}.npz"
-    target = get_settings().data_dir / relative
-    write_npz(target, parsed.arrays)
+    relative = tenant_files.new_path(UploadedDataset, tenant_id, ".npz")
+    write_npz(get_settings().data_dir / relative, parsed.arrays)
     row = UploadedDataset(tenant_id=tenant_id, user_id=user_id, name=name, task=parsed.task,
                           rows=parsed.rows, columns=parsed.columns, n_classes=parsed.n_classes,
                           path=relative.as_posix())
-    return _insert(session, row, target, name)
+    return tenant_files.insert(session, row, name_clash=name_clash(name))
 
 
 def parse_text(stream: IO[bytes]) -> str:
@@ -114,60 +109,17 @@ def store_text_upload(*, session: Session, text: str, name: str, tenant_id: int,
                       user_id: int) -> UploadedDataset:
     """Write a checked text as UTF-8 and insert its row (task ``text``: ``rows``
     counts characters, ``columns`` distinct characters); Conflict on a name clash."""
-    relative = Path("uploads") / str(tenant_id) / f"{uuid.uuid4().hex}.txt"
-    target = get_settings().data_dir / relative
-    write_text_file(target, text)
+    relative = tenant_files.new_path(UploadedDataset, tenant_id, ".txt")
+    write_text_file(get_settings().data_dir / relative, text)
     row = UploadedDataset(tenant_id=tenant_id, user_id=user_id, name=name, task="text",
                           rows=len(text), columns=len(set(text)), n_classes=0,
                           path=relative.as_posix())
-    return _insert(session, row, target, name)
-
-
-def _insert(session: Session, row: UploadedDataset, target: Path, name: str) -> UploadedDataset:
-    """Insert an upload's row whose file is written; removes the file if that fails."""
-    session.add(row)
-    try:
-        session.commit()
-    except IntegrityError:
-        session.rollback()
-        target.unlink(missing_ok=True)
-        raise Conflict(f"name: a dataset named {name!r} exists already") from None
-    except BaseException:
-        session.rollback()
-        target.unlink(missing_ok=True)
-        raise
-    session.refresh(row)
-    return row
+    return tenant_files.insert(session, row, name_clash=name_clash(name))
 
 
 def find_upload(session: Session, upload_id: int, tenant_id: int | None) -> UploadedDataset | None:
     """The upload if it exists and ``tenant_id`` may see it (None: any tenant)."""
-    row = session.get(UploadedDataset, upload_id)
-    if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
-        return None
-    return row
-
-
-def jobs_using(session: Session, upload: UploadedDataset) -> int:
-    """How many unfinished jobs train on ``upload``."""
-    return int(session.execute(
-        select(func.count()).select_from(Job).where(
-            Job.dataset == upload_ref(upload.id or 0),  # type: ignore[arg-type]
-            Job.tenant_id == upload.tenant_id,  # type: ignore[arg-type]
-            Job.status.notin_(list(FINISHED)))  # type: ignore[attr-defined]
-    ).scalar_one())
-
-
-def delete_upload(session: Session, upload: UploadedDataset) -> None:
-    """Delete the row and then the file; raises Conflict while jobs use it."""
-    busy = jobs_using(session, upload)
-    if busy:
-        raise Conflict(f"dataset {upload.id} is used by {busy} unfinished job(s); "
-                          "cancel them or wait for them to finish")
-    path = get_settings().data_dir / upload.path
-    session.delete(upload)
-    session.commit()
-    path.unlink(missing_ok=True)
+    return tenant_files.find_owned(session, UploadedDataset, upload_id, tenant_id)
 
 
 def upload_tasks(task: str) -> tuple[str, ...]:
