@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Annotated, Any
 
-import redis
 from fastapi import APIRouter, Query
 from sqlalchemy import Float, case, cast, func, select
 from sqlmodel import col
@@ -24,7 +23,7 @@ from backend.core.models import Job, JobStatus, Tenant
 from backend.core.pools import DEFAULT_POOL, SlotInfo
 from backend.core.portal_settings import active_policy_name
 from backend.core.settings import get_settings
-from backend.services.job_explanation import explain_job
+from backend.services.job_explanation import explain_job, read_waiting
 
 router = APIRouter(prefix="/api/v1", tags=["cluster"])
 
@@ -34,17 +33,6 @@ QUEUE_HEAD = 20
 # Running jobs are bounded by the worker slots; this only guards a huge cluster.
 RUNNING_SHOWN = 500
 _ACTIVE = (JobStatus.running, JobStatus.queued)
-
-
-def _waiting_entries(client: RedisDep, keys: KeysDep, job_ids: list[int]) -> dict[int, Any]:
-    """The scheduler's published facts about these waiting jobs."""
-    if not job_ids:
-        return {}
-    try:
-        raw: Any = client.hmget(keys.waiting, [str(i) for i in job_ids])
-    except redis.RedisError:
-        return {}
-    return {j: json.loads(v) for j, v in zip(job_ids, raw, strict=True) if v is not None}
 
 
 @router.get("/cluster")
@@ -73,8 +61,8 @@ def cluster(session: SessionDep, scope: CurrentTenant, client: RedisDep,
     queued_rows = session.execute(
         select(*columns).where(col(Job.status) == JobStatus.queued)
         .order_by(col(Job.waiting_since), col(Job.id)).limit(QUEUE_HEAD)).all()
-    waiting = _waiting_entries(client, keys, [int(r[0]) for r in queued_rows
-                                              if scope.allows(r[2])])
+    waiting = read_waiting(client, keys, [int(r[0]) for r in queued_rows
+                                          if scope.allows(r[2])])
     queued = []
     for position, row in enumerate(queued_rows, start=1):
         entry = view(row)
@@ -84,7 +72,7 @@ def cluster(session: SessionDep, scope: CurrentTenant, client: RedisDep,
         facts = waiting.get(int(row[0]))
         entry["reason"] = explain_job(
             status=JobStatus.queued, end_reason=None, error=None, last_reason=row[4],
-            waiting=None if facts is None else {**facts, "position": None},
+            waiting=None if facts is None else replace(facts, position=0),
         ).summary if scope.allows(row[2]) else None
         queued.append(entry)
     counts: dict[str, int] = {str(s): 0 for s in _ACTIVE}

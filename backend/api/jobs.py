@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import redis
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy import func, select
@@ -35,6 +33,7 @@ from backend.schemas import (
     Prediction,
 )
 from backend.services import jobs as job_service
+from backend.services.job_explanation import WaitingEntry, read_waiting
 from backend.services.job_search import SORT_RULE, JobSearch, apply, order_by
 from backend.services.labels import TAG, TAG_RULE, job_tags
 
@@ -53,20 +52,13 @@ def submit_job(job_in: JobCreate, session: SessionDep, scope: CurrentTenant,
     return job_service.to_public(job)
 
 
-def _waiting_info(client: RedisDep, keys: KeysDep, jobs: list[Job]) -> dict[int, dict[str, Any]]:
+def _waiting_info(client: RedisDep, keys: KeysDep, jobs: list[Job]) -> dict[int, WaitingEntry]:
     """The scheduler's last word on each queued job (position, reason, gain)."""
-    queued = [j.id for j in jobs if j.status == JobStatus.queued and j.id is not None]
-    if not queued:
-        return {}
-    try:
-        raw: Any = client.hmget(keys.waiting, [str(i) for i in queued])
-    except redis.RedisError:
-        return {}
-    return {job_id: json.loads(value) for job_id, value in zip(queued, raw, strict=True)
-            if value is not None}
+    return read_waiting(client, keys, [j.id for j in jobs
+                                       if j.status == JobStatus.queued and j.id is not None])
 
 
-def _public(job: Job, info: dict[int, dict[str, Any]],
+def _public(job: Job, info: dict[int, WaitingEntry],
             tags: dict[int, list[str]] | None = None) -> JobPublic:
     return job_service.to_public(job, info.get(job.id or 0), (tags or {}).get(job.id or 0, []))
 

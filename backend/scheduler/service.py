@@ -45,13 +45,8 @@ from backend.scheduler.pools import PoolRegistry
 from backend.scheduler.state import JobState
 from backend.scheduling.allocation import Rejected
 from backend.scheduling.experiment_focus import Focused
-from backend.scheduling.explain import (
-    MetricNamedPolicy,
-    WaitKind,
-    explain_waiting,
-    wait_estimate,
-)
-from backend.scheduling.placement import waiting_for_pools
+from backend.scheduling.explain import MetricNamedPolicy, explain_waiting, wait_estimate
+from backend.scheduling.placement import pool_waits
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, make_policy
 from backend.scheduling.residency import SlotView
@@ -69,6 +64,7 @@ from backend.scheduling.round import (
 )
 from backend.scheduling.rungs import Owed, continuations, cut_at_rung
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
+from backend.scheduling.waiting import WaitingEntry, WaitKind
 
 log = logging.getLogger(__name__)
 
@@ -526,11 +522,11 @@ class Scheduler:
         # Explained as granted: with each experiment's focus applied.
         waiting = explain_waiting(Focused(policy, lambda: self.stopper.standings), snapshot)
         chunk = self.chunk_seconds_recent()
-        held = waiting_for_pools(snapshot, [j for j in snapshot.jobs if j.job_id in waiting])
-        for job_id, reason in held.items():
+        held = pool_waits(snapshot, [j for j in snapshot.jobs if j.job_id in waiting])
+        for job_id, pool in held.items():
             # Behind its pools rather than the ranking: say which pool.
             if waiting[job_id].kind not in (WaitKind.QUOTA, WaitKind.QUOTA_ZERO):
-                waiting[job_id] = replace(waiting[job_id], kind=WaitKind.POOL, reason=reason)
+                waiting[job_id] = replace(waiting[job_id], kind=WaitKind.POOL, pool=pool)
 
         def estimate(kind: str, position: int, ahead_in_tenant: int, quota: int,
                      ahead: int) -> float | None:
@@ -540,26 +536,19 @@ class Scheduler:
                                   chunk_seconds=chunk, ahead=ahead, policy=policy.name)
             return None if found is None else round(found, 1)
 
-        # dict[Any, Any]: redis-py's stubs want a Mapping over its own key union.
-        entries: dict[Any, Any] = {
-            str(job_id): json.dumps({
-                "position": why.position, "reason": why.reason,
-                "predicted_gain": why.predicted_gain, "kind": why.kind, "policy": policy.name,
-                "ahead": why.ahead, "running_ahead": why.running_ahead,
-                "ahead_in_tenant": why.ahead_in_tenant, "quota": why.quota,
-                "detail": why.policy_reason,
-                "estimate_seconds": estimate(why.kind, why.position, why.ahead_in_tenant,
-                                             why.quota, why.ahead)})
-            for job_id, why in waiting.items() if job_id not in granted
-        }
+        entries = [replace(why, policy=policy.name,
+                           estimate_seconds=estimate(why.kind, why.position, why.ahead_in_tenant,
+                                                     why.quota, why.ahead))
+                   for job_id, why in waiting.items() if job_id not in granted]
         # New jobs not yet admitted come after every ranked job, in arrival
         # order; a quota-bound one waits on its own team's jobs before it.
-        ranked = len(snapshot.jobs)
+        ranked_jobs = len(snapshot.jobs)
         running = snapshot.running_by_tenant()
         tenant_of = {job.job_id: job.tenant_id for job in snapshot.jobs}
         own_before: dict[int | None, int] = {}
         for job_id in waiting:
             own_before[tenant_of[job_id]] = own_before.get(tenant_of[job_id], 0) + 1
+        sweep = warmup_shares(policy).sweep
         for number, job_id in enumerate(self._held_back[:HELD_BACK_EXPLAINED], start=1):
             row = self.state.rows.get(job_id)
             tenant_id = row.tenant_id if row else None
@@ -568,30 +557,23 @@ class Scheduler:
             quota = snapshot.tenant(row.tenant_id).max_slots if row else 1
             if quota == 0:
                 kind = WaitKind.QUOTA_ZERO
-                reason = ("your team's slot quota is 0: no job of it runs until an admin "
-                          "raises the quota")
             elif row is not None and running.get(row.tenant_id, 0) >= quota:
                 kind = WaitKind.QUOTA
-                reason = (f"your team is using all {quota} of its slots (its quota); new "
-                          f"job, {mine} of your team's jobs ahead of it")
             else:
                 kind = WaitKind.NEW
-                cap = ("" if row is None or row.experiment_id is None else
-                       f" (an experiment's new configurations hold at most "
-                       f"{warmup_shares(policy).sweep:.0%} of the slots while others wait)")
-                reason = (f"new job waiting to start: {number - 1} new jobs ahead of it; new "
-                          f"jobs get their first chunk as slots free up{cap}")
-            entries[str(job_id)] = json.dumps({
-                "position": ranked + number, "predicted_gain": None, "reason": reason,
-                "kind": kind, "policy": policy.name, "ahead_in_tenant": mine,
-                "new_ahead": number - 1, "quota": quota, "detail": reason,
-                "ahead": ranked + number - 1,
-                "estimate_seconds": estimate(kind, number, mine, quota, ranked + number - 1)})
+            entries.append(WaitingEntry(
+                job_id, kind=kind, position=ranked_jobs + number, policy=policy.name, ranked=False,
+                at_quota=kind != WaitKind.NEW, ahead=ranked_jobs + number - 1,
+                ahead_in_tenant=mine, quota=quota, new_ahead=number - 1,
+                sweep_share=None if row is None or row.experiment_id is None else sweep,
+                estimate_seconds=estimate(kind, number, mine, quota, ranked_jobs + number - 1)))
+        # dict[Any, Any]: redis-py's stubs want a Mapping over its own key union.
+        published: dict[Any, Any] = {str(entry.job_id): entry.to_json() for entry in entries}
         try:
             pipe = self.redis.pipeline()
             pipe.delete(self.keys.waiting)
-            if entries:
-                pipe.hset(self.keys.waiting, mapping=entries)
+            if published:
+                pipe.hset(self.keys.waiting, mapping=published)
             pipe.execute()
         except redis.RedisError as exc:
             log.warning("could not publish queue explanations: %s", exc)

@@ -1,20 +1,26 @@
 """Answers for "why is my job waiting?" that the live API can serve.
 
-:func:`explain_waiting` asks the active policy for its full preference order
-(the same ``allocate`` call, on a copy of the snapshot with a slot for every
-waiting job and no quota limits) and combines it with the real limits: the
-tenant's quota and the number of free slots. The predicted curve itself is
-the scheduler's own fit, published each time it refits
-(:mod:`backend.core.fits`).
+:func:`explain_waiting` gives each waiting job a typed entry of facts
+(:class:`backend.scheduling.waiting.WaitingEntry`; its words are
+:mod:`backend.scheduling.waiting_words`'s). It asks the active policy for
+its full preference order (the same ``allocate`` call, on a copy of the
+snapshot with a slot for every waiting job and no quota limits) and combines
+it with the real limits: the tenant's quota and the number of free slots.
+The predicted curve itself is the scheduler's own fit, published each time
+it refits (:mod:`backend.core.fits`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from backend.scheduling.types import Grant, Policy, Snapshot, TenantView
+from backend.scheduling.waiting import WaitingEntry, WaitKind
+
+__all__ = ["MetricNamedPolicy", "WaitKind", "WaitingEntry", "explain_waiting", "name_metric",
+           "wait_estimate"]
 
 TRAINING_LOSS = "loss"
 
@@ -62,53 +68,6 @@ class MetricNamedPolicy:
         return getattr(self.inner, attr)
 
 
-class WaitKind:
-    """What a waiting job waits for (``WaitingReason.kind``)."""
-
-    NEXT = "next"
-    """A slot is free and the job is among the next granted."""
-    SLOT = "slot"
-    """First in line; every slot is busy."""
-    TURN = "turn"
-    """Behind other waiting jobs the policy ranks ahead of it."""
-    QUOTA = "quota"
-    """Its tenant runs as many chunks as its slot quota allows."""
-    QUOTA_ZERO = "quota_zero"
-    """Its tenant's slot quota is 0."""
-    NEW = "new"
-    """A new job not yet admitted to warm up (see the live scheduler)."""
-    NO_WORKERS = "no_workers"
-    """No worker slot is alive."""
-    POOL = "pool"
-    """Every slot of the pools that can run it is busy (or there is none)."""
-
-
-@dataclass(frozen=True)
-class WaitingReason:
-    """Where a waiting job stands: its rank in the policy's order (1 = next),
-    whether its tenant is at its slot quota, and a sentence for the user.
-
-    ``kind`` says what it waits for, ``ahead_in_tenant`` how many of its own
-    tenant's waiting jobs rank before it (what a quota-bound job waits on),
-    and ``policy_reason`` is the policy's own technical account of its rank."""
-
-    job_id: int
-    position: int
-    at_quota: bool
-    reason: str
-    predicted_gain: float | None
-    kind: str = WaitKind.SLOT
-    ahead: int = 0
-    """Jobs, running or waiting, the policy prefers to it (``position - 1``):
-    with at least as many as there are slots, it waits for its turn, not just
-    for a chunk to end."""
-    running_ahead: int = 0
-    """How many of the ``ahead`` jobs are running now."""
-    ahead_in_tenant: int = 0
-    quota: int = 0
-    policy_reason: str = ""
-
-
 def wait_estimate(*, kind: str, position: int, free_slots: int, total_slots: int,
                   ahead_in_tenant: int, quota: int, chunk_seconds: float | None,
                   ahead: int = 0, policy: str = "") -> float | None:
@@ -146,7 +105,7 @@ def wait_estimate(*, kind: str, position: int, free_slots: int, total_slots: int
     return beyond_free * chunk_seconds / total_slots
 
 
-def explain_waiting(policy: Policy, snapshot: Snapshot) -> dict[int, WaitingReason]:
+def explain_waiting(policy: Policy, snapshot: Snapshot) -> dict[int, WaitingEntry]:
     """Why each waiting job in ``snapshot`` is (not yet) running.
 
     Every figure comes from one ranking: the policy's preference over every
@@ -180,7 +139,7 @@ def explain_waiting(policy: Policy, snapshot: Snapshot) -> dict[int, WaitingReas
     by_id = {job.job_id: job for job in snapshot.jobs}
     waiting_ids = {job.job_id for job in waiting}
     running = snapshot.running_by_tenant()
-    out: dict[int, WaitingReason] = {}
+    out: dict[int, WaitingEntry] = {}
     waiting_before = 0
     own_waiting_before: dict[int, int] = {}
     for place, job_id in enumerate(ranking, start=1):
@@ -194,27 +153,20 @@ def explain_waiting(policy: Policy, snapshot: Snapshot) -> dict[int, WaitingReas
         policy_reason = grant.reason if grant is not None else "not ranked by the policy"
         if at_quota and quota == 0:
             kind = WaitKind.QUOTA_ZERO
-            text = ("your team's slot quota is 0: no job of it runs until an admin "
-                    "raises the quota")
         elif at_quota:
             kind = WaitKind.QUOTA
-            text = (f"your team is using all {quota} of its slots (its quota); when one "
-                    f"frees up: {policy_reason}")
         elif snapshot.total_slots == 0:
             kind = WaitKind.NO_WORKERS
-            text = f"no worker is running; when one starts: {policy_reason}"
         elif waiting_before < snapshot.free_slots:
             kind = WaitKind.NEXT
-            text = f"about to run: {policy_reason}"
         else:
             kind = WaitKind.SLOT if waiting_before == 0 and ahead < snapshot.total_slots \
                 else WaitKind.TURN
-            text = f"waiting for a free slot, position {place}: {policy_reason}"
-        out[job_id] = WaitingReason(job_id, place, at_quota, text,
-                                    grant.predicted_gain if grant else None, kind=kind,
-                                    ahead=ahead, running_ahead=ahead - waiting_before,
-                                    ahead_in_tenant=own_waiting_before.get(job.tenant_id, 0),
-                                    quota=quota, policy_reason=policy_reason)
+        out[job_id] = WaitingEntry(
+            job_id, kind=kind, position=place, at_quota=at_quota,
+            predicted_gain=grant.predicted_gain if grant else None, policy=policy.name,
+            policy_reason=policy_reason, ahead=ahead, running_ahead=ahead - waiting_before,
+            ahead_in_tenant=own_waiting_before.get(job.tenant_id, 0), quota=quota)
         waiting_before += 1
         own_waiting_before[job.tenant_id] = own_waiting_before.get(job.tenant_id, 0) + 1
     return out

@@ -24,8 +24,10 @@ from backend.scheduling.types import (
     Requirements,
     Snapshot,
 )
+from backend.scheduling.waiting import PoolWait
+from backend.scheduling.waiting_words import pool_reason
 
-__all__ = ["PoolView", "Requirements", "place", "refusal", "waiting_for_pool"]
+__all__ = ["PoolView", "Requirements", "place", "pool_waits", "refusal", "waiting_for_pool"]
 
 
 def requirements_from(data: Mapping[str, object]) -> Requirements:
@@ -234,16 +236,19 @@ def running_by_tenant_pool(jobs: Iterable[JobView]) -> dict[tuple[int, str], int
 
 def waiting_for_pool(snapshot: Snapshot, job: JobView) -> str | None:
     """Why ``job`` waits for a pool ("waiting for a GPU slot: 0 of 1 free"),
-    or ``None`` when the pools are not what holds it back.
+    or ``None`` when the pools are not what holds it back: the words of
+    :func:`pool_waits`' facts.
 
     A job that does not want a GPU cannot count the free slots of a GPU pool
     that :func:`place` keeps for waiting GPU jobs: the message says so.
     """
-    return waiting_for_pools(snapshot, [job]).get(job.job_id)
+    found = pool_waits(snapshot, [job]).get(job.job_id)
+    return None if found is None else pool_reason(found)
 
 
-def waiting_for_pools(snapshot: Snapshot, jobs: Iterable[JobView]) -> dict[int, str]:
-    """:func:`waiting_for_pool` for many jobs, counting what is in flight once."""
+def pool_waits(snapshot: Snapshot, jobs: Iterable[JobView]) -> dict[int, PoolWait]:
+    """What holds each of ``jobs`` back in the pools, for the jobs the pools
+    (not the ranking) hold back; counts what is in flight once."""
     if not snapshot.pools:
         return {}
     in_flight = running_by_tenant_pool(snapshot.jobs)
@@ -256,16 +261,16 @@ def waiting_for_pools(snapshot: Snapshot, jobs: Iterable[JobView]) -> dict[int, 
 
     found = {}
     for job in jobs:
-        why = _waiting_for_pool(snapshot, job, in_flight, gpu_counts)
+        why = _pool_wait(snapshot, job, in_flight, gpu_counts)
         if why is not None:
             found[job.job_id] = why
     return found
 
 
-def _waiting_for_pool(
+def _pool_wait(
         snapshot: Snapshot, job: JobView, in_flight: Mapping[tuple[int, str], int],
         gpu_counts: Callable[[], tuple[dict[tuple[int, str], int], dict[int, int]]],
-) -> str | None:
+) -> PoolWait | None:
     pools = eligible_pools(snapshot.pools, job.requirements, job.tenant_id)
     quota: Mapping[str, int] = snapshot.tenant(job.tenant_id).pool_slots
     usable = [p for p in pools if _under_quota(snapshot, in_flight, job.tenant_id, p.name)]
@@ -275,10 +280,10 @@ def _waiting_for_pool(
         # the ranking, as on a cluster without pools, not for a pool.
         return None
     if not pools:
-        return "no live worker pool can run this job: waiting for one to join"
+        return PoolWait("no_pool")
     if not usable:
-        limits = ", ".join(f"{quota[p.name]} in pool {p.name}" for p in pools if p.name in quota)
-        return f"your team is using all of its slots in the pools this job can use ({limits})"
+        return PoolWait("pool_quota",
+                        limits=tuple((p.name, quota[p.name]) for p in pools if p.name in quota))
     kept: list[PoolView] = []
     if not job.requirements.wants_gpu and any(p.has_gpu and p.free > 0 for p in usable):
         gpu_waiting, in_total = gpu_counts()
@@ -287,21 +292,6 @@ def _waiting_for_pool(
     if any(p.free > 0 and p not in kept for p in usable):
         return None
     full = [p for p in usable if p not in kept]
-    note = ""
-    if kept:
-        kept_free = sum(p.free for p in kept)
-        where = ", ".join(p.name for p in kept)
-        note = (f"the {kept_free} free slot{'s' if kept_free != 1 else ''} of pool"
-                f"{'s' if len(kept) > 1 else ''} {where} "
-                f"{'are' if kept_free != 1 else 'is'} kept for jobs that want a GPU")
-        if not full:
-            return f"waiting for a slot: {note}"
-    slots = sum(p.slots for p in full)
-    free = sum(p.free for p in full)
-    if job.requirements.gpu:
-        what = "a GPU slot"
-    elif len(full) == 1:
-        what = f"a slot in pool {full[0].name}"
-    else:
-        what = "a slot in pools " + ", ".join(p.name for p in full)
-    return f"waiting for {what}: {free} of {slots} free" + (f" ({note})" if note else "")
+    return PoolWait("busy", full=tuple(p.name for p in full), free=sum(p.free for p in full),
+                    slots=sum(p.slots for p in full), kept=tuple(p.name for p in kept),
+                    kept_free=sum(p.free for p in kept), gpu=bool(job.requirements.gpu))

@@ -1,99 +1,51 @@
 """What a job is doing or waiting for, in words a user reads.
 
-The scheduler publishes structured facts about each waiting job (what it
-waits for, its place, a rough estimate; :meth:`backend.scheduler.service.
-Scheduler._explain`); :func:`explain_job` turns them, or a finished job's end
-reason, into one summary with the technical detail kept apart. The pages and
-``slaq status`` print the same summary.
+The scheduler publishes a typed entry of facts about each waiting job (what
+it waits for, its place, a rough estimate: :class:`backend.scheduling.
+waiting.WaitingEntry`, read back by :func:`read_waiting`); :func:`explain_job`
+turns it, or a finished job's end reason, into one summary with the
+technical detail kept apart. Every sentence about a wait is
+:mod:`backend.scheduling.waiting_words`'s. The pages and ``slaq status``
+print the same summary.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any
+import redis
 
 from backend.core.models import JobStatus
-from backend.scheduling.explain import WaitKind
+from backend.core.redis_keys import RedisKeys
+from backend.scheduling.waiting import WaitingEntry, WaitKind
+from backend.scheduling.waiting_words import detail, plain_duration, summary
 from backend.schemas import JobExplanation
 
-# How each policy orders the queue, finishing "behind N jobs ...".
-_ORDER = {
-    "fifo": "submitted before it",
-    "fair": "ahead of it in the fair-share order",
-    "las": "that have trained less so far",
-}
-_PREDICTIVE_ORDER = "with larger predicted gains"
+__all__ = ["WaitingEntry", "explain_job", "plain_duration", "read_waiting"]
 
 
-def plain_duration(seconds: float) -> str:
-    """"about 40 s", "about 3 min", "about 2 h": rounded, as an estimate is."""
-    if seconds < 60:
-        return f"about {max(5, 5 * math.ceil(seconds / 5))} s"
-    if seconds < 3600:
-        return f"about {math.ceil(seconds / 60)} min"
-    return f"about {seconds / 3600:.1f} h".replace(".0 h", " h")
-
-
-def _jobs(n: int) -> str:
-    return f"{n} job" if n == 1 else f"{n} jobs"
-
-
-def _waiting_summary(entry: dict[str, Any]) -> str:
-    kind = str(entry.get("kind") or WaitKind.SLOT)
-    position = int(entry.get("position") or 0)
-    quota = int(entry.get("quota") or 0)
-    mine_ahead = int(entry.get("ahead_in_tenant") or 0)
-    order = _ORDER.get(str(entry.get("policy") or ""), _PREDICTIVE_ORDER)
-    if kind == WaitKind.QUOTA_ZERO:
-        what = ("Waiting for your team's slot quota: it is 0, so none of your team's jobs "
-                "runs until an admin raises it.")
-    elif kind == WaitKind.NO_WORKERS:
-        what = "Waiting for a worker: none is running, so no job can start."
-    elif kind == WaitKind.POOL:
-        reason = str(entry.get("reason") or "waiting for a slot of a pool that can run it")
-        what = reason[0].upper() + reason[1:] + "."
-    elif kind == WaitKind.QUOTA:
-        what = ("Waiting for your team's one slot (its quota): another of your jobs is "
-                "using it" if quota == 1 else
-                f"Waiting for one of your team's {quota} slots (its quota): all are in use "
-                "by your other jobs")
-        what += (f", and {_jobs(mine_ahead)} of yours {'goes' if mine_ahead == 1 else 'go'} "
-                 "first." if mine_ahead else ".")
-    elif kind == WaitKind.NEXT:
-        what = "Starting: it gets the next free slot."
-    elif kind == WaitKind.NEW:
-        # Not in the policy's ranking yet: new jobs start in arrival order.
-        new_ahead = int(entry.get("new_ahead") or 0)
-        what = (f"Waiting for its first chunk: new jobs start as slots free up, in the "
-                f"order they came; {_jobs(new_ahead)} came before it." if new_ahead else
-                "Waiting for its first chunk: new jobs start as slots free up, and it is "
-                "the next new job.")
-        position = 0
-    elif kind == WaitKind.TURN:
-        # "Go first" and the position are one ranking's: the jobs before it.
-        ahead = max(position - 1 if position else int(entry.get("ahead") or 0), 1)
-        running_ahead = min(int(entry.get("running_ahead") or 0), ahead)
-        what = (f"Waiting for its turn: {_jobs(ahead)} {order} "
-                f"{'goes' if ahead == 1 else 'go'} first"
-                + (f" ({running_ahead} running now)." if running_ahead else "."))
-    elif position > 1:
-        # No waiting job before it, only running ones: said, so "next in
-        # line" never sits beside "Queue position 3" unexplained.
-        what = (f"Waiting for a free slot: every slot is busy, and it is next in line after "
-                f"the {_jobs(position - 1)} running now.")
-    else:
-        what = "Waiting for a free slot: every slot is busy, and it is next in line."
-    where = f" Queue position {position}." if position and kind != WaitKind.NEXT else ""
-    estimate = entry.get("estimate_seconds")
-    when = ""
-    if isinstance(estimate, int | float) and kind != WaitKind.NEXT:
-        when = (" Expected to start within seconds." if estimate < 5
-                else f" Expected to start in {plain_duration(float(estimate))}.")
-    return what + where + when
+def read_waiting(client: redis.Redis, keys: RedisKeys,
+                 job_ids: list[int]) -> dict[int, WaitingEntry]:
+    """The scheduler's published entries for these jobs (those it has one
+    for); none when Redis cannot be read."""
+    if not job_ids:
+        return {}
+    try:
+        raw: list[str | bytes | None] = client.hmget(
+            keys.waiting, [str(i) for i in job_ids])
+    except redis.RedisError:
+        return {}
+    found: dict[int, WaitingEntry] = {}
+    for job_id, value in zip(job_ids, raw, strict=True):
+        if value is None:
+            continue
+        try:
+            found[job_id] = WaitingEntry.from_json(value, job_id)
+        except (ValueError, TypeError):  # not an entry of this shape: as if none
+            continue
+    return found
 
 
 def explain_job(*, status: str, end_reason: str | None, error: str | None,
-                last_reason: str | None, waiting: dict[str, Any] | None,
+                last_reason: str | None, waiting: WaitingEntry | None,
                 chunks_run: int = 0) -> JobExplanation:
     """The plain account of a job in ``status``; ``waiting`` is the
     scheduler's published entry for a queued job (None if it has none yet)."""
@@ -106,13 +58,11 @@ def explain_job(*, status: str, end_reason: str | None, error: str | None,
         if waiting is None:
             return JobExplanation(summary="Queued: the scheduler will place it in line at "
                                   "its next round.", detail=last_reason)
-        estimate = waiting.get("estimate_seconds")
         return JobExplanation(
-            summary=_waiting_summary(waiting),
-            detail=str(waiting.get("detail") or waiting.get("reason") or "") or None,
-            position=(int(waiting["position"]) if waiting.get("position")
-                      and waiting.get("kind") != WaitKind.NEW else None),
-            estimate_seconds=float(estimate) if isinstance(estimate, int | float) else None)
+            summary=summary(waiting), detail=detail(waiting),
+            position=waiting.position if waiting.position and waiting.kind != WaitKind.NEW
+            else None,
+            estimate_seconds=waiting.estimate_seconds)
     if status == JobStatus.running:
         return JobExplanation(summary="Running: it holds a slot for its current chunk of "
                               "iterations.", detail=last_reason)

@@ -18,6 +18,8 @@ from backend.core.models import (
     utcnow,
 )
 from backend.core.settings import get_settings
+from backend.scheduling.waiting import WaitingEntry
+from backend.scheduling.waiting_words import reason
 from backend.schemas import JobCreate, JobPublic, JobResidency, LossHistory, StoppingRule
 from backend.services.errors import Conflict
 from backend.services.job_explanation import explain_job
@@ -175,7 +177,7 @@ def change_state(*, session: Session, job: Job, action: str) -> Job:
     raise JobStateError(f"job {job.id} kept changing; try again")
 
 
-def to_public(job: Job, waiting: dict[str, Any] | None = None,
+def to_public(job: Job, waiting: WaitingEntry | None = None,
               tags: list[str] | None = None) -> JobPublic:
     """The job as the API shows it; ``waiting`` is the scheduler's published
     entry for a queued job, which the explanation and queue fields use;
@@ -209,8 +211,8 @@ def to_public(job: Job, waiting: dict[str, Any] | None = None,
         chunks_run=job.chunks_run,
         end_reason=job.end_reason,
         error=job.error,
-        scheduler_reason=str(waiting["reason"]) if waiting else job.last_reason,
-        predicted_gain=waiting.get("predicted_gain") if waiting else job.predicted_gain,
+        scheduler_reason=reason(waiting) if waiting else job.last_reason,
+        predicted_gain=waiting.predicted_gain if waiting else job.predicted_gain,
         queue_position=explanation.position,
         eval_every=job.eval_every,
         quality_metric=job.quality_metric,

@@ -7,6 +7,7 @@ from dataclasses import replace
 from backend.scheduling.explain import explain_waiting
 from backend.scheduling.registry import make_policy
 from backend.scheduling.types import JobView, LossPoint, Snapshot, TenantView
+from backend.scheduling.waiting import WaitingEntry
 from backend.services.job_explanation import explain_job
 
 
@@ -61,9 +62,10 @@ def test_position_and_jobs_going_first_come_from_one_ranking() -> None:
     def summary(job_id: int) -> str:
         why = entries[job_id]
         return explain_job(status="queued", end_reason=None, error=None, last_reason=None,
-                           waiting={"kind": why.kind, "position": why.position,
-                                    "ahead": why.ahead, "running_ahead": why.running_ahead,
-                                    "policy": "las"}).summary
+                           waiting=WaitingEntry(job_id, kind=why.kind, position=why.position,
+                                                ahead=why.ahead,
+                                                running_ahead=why.running_ahead,
+                                                policy="las")).summary
 
     assert summary(3) == ("Waiting for its turn: 2 jobs that have trained less so far go "
                           "first (2 running now). Queue position 3.")

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from backend.scheduling.explain import WaitKind, wait_estimate
+from backend.scheduling.waiting import WaitingEntry
 from backend.services.job_explanation import explain_job, plain_duration
 
 
-def _waiting(**entry: object) -> str:
+def _waiting(**entry: Any) -> str:
     return explain_job(status="queued", end_reason=None, error=None, last_reason="old",
-                       waiting=entry).summary
+                       waiting=WaitingEntry(1, **entry)).summary
 
 
 def test_turn_behind_jobs_with_larger_gains_says_position_once() -> None:
     text = _waiting(kind=WaitKind.TURN, position=5, ahead=4, running_ahead=2, policy="slaq",
-                    estimate_seconds=95.0, detail="rank 5 by predicted gain 1.2e-4")
+                    estimate_seconds=95.0, policy_reason="rank 5 by predicted gain 1.2e-4")
     assert text == ("Waiting for its turn: 4 jobs with larger predicted gains go first "
                     "(2 running now). Queue position 5. Expected to start in about 2 min.")
     # Only the position counts: an entry cannot say more jobs go first than it has before it.
@@ -86,7 +89,8 @@ def test_a_job_between_chunks_is_not_told_to_wait_in_line() -> None:
     assert new == "Queued: the scheduler will place it in line at its next round."
     # Once the scheduler has placed it (a busy portal), its place is what it reads.
     placed = explain_job(status="queued", end_reason=None, error=None, last_reason=None,
-                         waiting={"kind": WaitKind.SLOT, "position": 2}, chunks_run=4).summary
+                         waiting=WaitingEntry(1, kind=WaitKind.SLOT, position=2),
+                         chunks_run=4).summary
     assert "Queue position 2" in placed
 
 
