@@ -48,10 +48,6 @@ const POLL_MS = 10000;
 const EXPLAIN_RETRY_MS = 1500;
 const EXPLAIN_RETRIES = 3;
 
-// Latency probe for tests/bench: one sample per live point, browser wall time.
-window.__slaqLatency = [];
-window.__slaqStreamOpenedAt = null;
-
 const state = {
   job: null,
   xs: [],
@@ -540,14 +536,11 @@ function chartNote() {
 }
 
 function appendPoints(points) {
-  const now = Date.now();
   const fresh = points.filter(([iteration]) => iteration > state.lastIteration);
   if (!fresh.length) return;
   state.streamedAt = performance.now();
   const xs = fresh.map((p) => p[0]);
   const ys = fresh.map((p) => p[1]);
-  for (const x of xs) window.__slaqLatency.push({ job_id: JOB_ID, iteration: x, at: now });
-  if (window.__slaqLatency.length > 50000) window.__slaqLatency.splice(0, 10000);
   if (state.xs.length === 0 && !evalLoss(state.metrics)) {
     Plotly.relayout("loss-chart", { "xaxis.visible": true, "yaxis.visible": true, annotations: [] });
   }
@@ -666,10 +659,7 @@ function openStream() {
   state.stream = subscribe(
     () => `/api/v1/jobs/${JOB_ID}/stream?after_iteration=${state.lastIteration}`,
     { points: (data) => appendPoints(data.points || []) },
-    (s) => {
-      if (s === "live" && window.__slaqStreamOpenedAt === null) window.__slaqStreamOpenedAt = Date.now();
-      showState($("#stream-live"), s);
-    },
+    (s) => showState($("#stream-live"), s),
   );
 }
 
