@@ -124,11 +124,7 @@ function uploadForm() {
   return form;
 }
 
-// Progress probe for the browser tests: every report the upload made.
-window.__slaqUploadProgress = [];
-
 function showProgress(sent, total, phase) {
-  window.__slaqUploadProgress.push({ sent, total, phase: phase || "sending" });
   const box = $("#upload-progress-box");
   const bar = $("#upload-progress");
   const text = $("#upload-progress-label");
