@@ -1,10 +1,11 @@
-"""Tenants' uploaded trainer code: checks, storage, lookup.
+"""Tenants' uploaded trainer code: checks, storage, deletion.
 
 An upload is one UTF-8 Python file that compiles. The API only ever
 ``compile()``s it (to report syntax errors at upload time); it is never
 imported or run outside the sandbox (``workers.sandbox``). Files live under
 ``DATA_DIR/code/<tenant id>/`` with a random name; jobs name them
-``"code:<id>"``.
+``"code:<id>"``; the worker finds a job's file with
+``backend.core.code_refs.load_trainer_code``.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from pathlib import Path
 from typing import Literal
 
 from sqlalchemy import func, select
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
-from backend.core.code_refs import code_ref, parse_code_ref
+from backend.core.code_refs import code_ref
 from backend.core.models import FINISHED, Job, Tenant, TrainerCode
 from backend.core.settings import get_settings
 from backend.services.errors import Conflict, Forbidden, Invalid, ServiceError, TooLarge
@@ -165,24 +165,3 @@ def delete_code(session: Session, row: TrainerCode) -> None:
     session.delete(row)
     session.commit()
     path.unlink(missing_ok=True)
-
-
-def load_trainer_code(engine: Engine, code_ref_text: str, tenant_id: int, *,
-                      data_dir: Path | None = None) -> Path:
-    """The source file a job's ``"code:<id>"`` names, only if ``tenant_id`` owns it.
-
-    Raises LookupError with a readable reason otherwise (no such code, another
-    tenant's, or its file gone): the worker fails the job with it.
-    """
-    code_id = parse_code_ref(code_ref_text)
-    if code_id is None:
-        raise LookupError(f"{code_ref_text!r} is not a trainer code reference (code:<id>)")
-    with Session(engine) as session:
-        row = session.get(TrainerCode, code_id)
-    # Another tenant's code is reported as missing, as the API does.
-    if row is None or row.tenant_id != tenant_id:
-        raise LookupError(f"trainer code {code_id} not found")
-    path = ((data_dir or get_settings().data_dir) / row.path).resolve()
-    if not path.is_file():
-        raise LookupError(f"trainer code {code_id}: its source file is missing")
-    return path
