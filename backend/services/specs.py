@@ -10,8 +10,8 @@ from backend.core.code_refs import is_code_ref, parse_code_ref
 from backend.core.models import Tenant, TrainerCode
 from backend.core.upload_format import is_upload_ref, parse_upload_ref
 from backend.services.errors import Invalid
-from workers.algorithms.params import ParamSpec
 from workers.datasets import DATASETS
+from workers.datasets.params import ParamSpec
 from workers.trainers.params_schema import ParamsError
 from workers.trainers.params_schema import validate_params as validate_trainer_params
 from workers.trainers.registry import trainers

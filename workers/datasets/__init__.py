@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from workers.algorithms.params import ParamSpec, ParamValue, fill_params, seed_spec
+from workers.datasets.params import ParamSpec, ParamValue, fill_params, seed_spec
 
 Task = Literal["classification", "regression", "clustering", "text"]
 
