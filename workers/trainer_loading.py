@@ -7,7 +7,7 @@ from sqlalchemy.engine import Engine
 
 from backend.core.code_refs import is_code_ref
 from backend.core.models import Job
-from workers.text_data import job_text
+from workers.datasets.text import job_text
 from workers.trainers.contract import Trainer, TrainingData
 from workers.trainers.data import holdout
 from workers.trainers.loop import LoopTrainer

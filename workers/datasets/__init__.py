@@ -219,7 +219,7 @@ _LABELLED: tuple[Task, ...] = ("classification", "clustering")
 
 
 def _text_only(_params: Mapping[str, ParamValue]) -> tuple[np.ndarray, np.ndarray]:
-    raise ValueError("python_docs is a text dataset; workers.text_data.load_text reads it")
+    raise ValueError("python_docs is a text dataset; workers.datasets.text.load_text reads it")
 
 
 DATASETS: dict[str, DatasetInfo] = {
