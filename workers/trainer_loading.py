@@ -8,11 +8,11 @@ from sqlalchemy.engine import Engine
 from backend.core.code_refs import is_code_ref
 from backend.core.models import Job
 from workers.datasets.text import job_text
+from workers.datasets.uploaded import resolve_dataset
 from workers.trainers.contract import Trainer, TrainingData
 from workers.trainers.data import holdout
 from workers.trainers.loop import LoopTrainer
 from workers.trainers.registry import make_trainer
-from workers.uploaded import resolve_dataset
 
 
 def load_trainer(engine: Engine, job: Job, checkpoint: bytes | None) -> Trainer:

@@ -4,7 +4,7 @@ A CSV becomes a dataset in three steps: :func:`parse_csv` reads it row by row
 into numeric arrays (refusing anything it would have to guess about, with the
 row and column named), :func:`store_upload` writes the arrays as an ``.npz``
 under ``DATA_DIR/uploads/<tenant id>/`` and inserts the ``UploadedDataset``
-row, and jobs refer to it as ``"upload:<id>"`` (see :mod:`workers.uploaded`).
+row, and jobs refer to it as ``"upload:<id>"`` (see :mod:`workers.datasets.uploaded`).
 
 A UTF-8 ``.txt`` file uploaded with task ``text`` (for language models) is
 checked by :func:`workers.datasets.text.clean_text` and stored as a ``.txt`` file

@@ -111,7 +111,7 @@ def job_text(engine: Engine, dataset: str, *, tenant_id: int) -> tuple[str, str]
 
     from backend.core.models import UploadedDataset
     from backend.core.upload_format import parse_upload_ref, upload_file
-    from workers.uploaded import UploadMissing
+    from workers.datasets.uploaded import UploadMissing
 
     if dataset in TEXT_DATASETS:
         return load_text(dataset)
