@@ -32,7 +32,7 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 @functools.cache
 def trainers() -> dict[str, type[Trainer]]:
     """Name to trainer class, built-ins first; loaded once per process."""
-    from workers.algorithms import NUMPY_TRAINERS
+    from workers.trainers.builtin import NUMPY_TRAINERS
 
     found: dict[str, type[Trainer]] = {}
     sources: dict[str, str] = {}
@@ -89,7 +89,7 @@ def trainer_class(name: str) -> type[Trainer]:
     # that imports torch, seconds of a worker's first chunk for a job that
     # never uses it. Plugins cannot take a built-in's name, so this is the
     # class trainers() would give.
-    from workers.algorithms import NUMPY_TRAINERS
+    from workers.trainers.builtin import NUMPY_TRAINERS
 
     for builtin in NUMPY_TRAINERS:
         if builtin.name == name:
