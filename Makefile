@@ -11,9 +11,12 @@ test: setup
 	@bash scripts/test-services.sh
 	.venv/bin/python -m pytest -q -p no:cacheprovider
 
+# The layer rules (docs/architecture.md) are import-linter contracts in
+# pyproject.toml; tests/unit/test_layers.py runs the same check under `make test`.
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/mypy backend workers
+	.venv/bin/lint-imports
 
 # Benchmarks print figures and ratios; none asserts a time (see docs/scheduling.md).
 bench: setup

@@ -32,13 +32,13 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import CursorResult, Engine
 from sqlmodel import Session, col
 
+from backend.core.checkpoints import CheckpointStore
 from backend.core.leases import Leases, local_slot_id
 from backend.core.loss_store import insert_loss_points, insert_metric_points
 from backend.core.models import Job, JobStatus, LossRecord, MetricRecord, utcnow
 from backend.core.notify import publish_job_event, wake_scheduler
 from backend.core.redis_keys import RedisKeys
 from backend.core.safe_text import storable
-from workers.checkpoints import CheckpointStore
 from workers.iterations import Iterations, Point, Sample, run_iterations
 from workers.metrics import observe_chunk
 from workers.resident import SLOT, Resident, StateWriter, close_quietly

@@ -8,13 +8,13 @@ from typing import Any
 
 from celery.signals import worker_process_init, worker_process_shutdown
 
+from backend.core.checkpoints import CheckpointStore
 from backend.core.db import get_engine
 from backend.core.leases import local_slot_id
 from backend.core.redis_conn import get_keys, get_redis
 from backend.core.settings import get_settings
 from backend.core.task_names import RUN_CHUNK_TASK
 from workers.celery_app import celery_app
-from workers.checkpoints import CheckpointStore
 from workers.chunk_service import ChunkContext, run_chunk
 from workers.metrics import count_error, count_outcome
 from workers.resident import IdleSaver, StateWriter, shut_down

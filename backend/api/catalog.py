@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from backend.scheduling.registry import live_policy_names
 from workers.datasets import DATASETS
-from workers.trainers.registry import catalog_entry, trainers
+from workers.trainers.registry import catalog
 
 router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"])
 
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"])
 def list_algorithms() -> list[dict[str, Any]]:
     """Trainers (built-in, PyTorch, plugins) with each hyper-parameter's type,
     range, default and help, and where the trainer comes from."""
-    return [catalog_entry(cls) for cls in trainers().values()]
+    return catalog()
 
 
 @router.get("/datasets")

@@ -25,7 +25,7 @@ from backend.core.upload_format import read_npz, upload_file
 from backend.services import csv_import, tenant_files, uploads
 from backend.services.errors import Invalid, TooLarge
 from backend.services.uploads import MAX_UPLOAD_BYTES, TASKS
-from workers.text_data import MAX_TEXT_BYTES, MIN_TEXT_CHARS
+from workers.datasets.text import MAX_TEXT_BYTES, MIN_TEXT_CHARS
 
 router = APIRouter(prefix="/api/v1/datasets", tags=["datasets"])
 

@@ -19,6 +19,7 @@ from backend.api.deps import (
     SessionDep,
 )
 from backend.api.one_hop import json_in_one_hop
+from backend.core.checkpoints import CheckpointStore
 from backend.core.fits import fit_for_chart, read_fit
 from backend.core.model_format import model_format
 from backend.core.models import Decision, Job, JobStatus, MetricRecord
@@ -220,9 +221,6 @@ def cancel_job(job_id: DbId, session: SessionDep, scope: CurrentTenant, client: 
 def download_checkpoint(job_id: DbId, session: SessionDep, scope: CurrentTenant) -> Response:
     """Download the job's latest checkpoint (its model as trained so far; the
     final model once the job has finished)."""
-    # Imported here: the checkpoint store belongs to the workers' package.
-    from workers.checkpoints import CheckpointStore
-
     job = scope.get_owned(session, Job, job_id)
     if job.checkpoint_iteration <= 0:
         detail = (f"job {job_id} has no checkpoint yet: it has not finished a chunk"

@@ -2,7 +2,7 @@
 
 A checkpoint is whatever the job's trainer's ``state()`` returned, so its
 format follows the trainer, not the portal: the built-in numpy trainers
-write a numpy ``.npz`` archive (``workers.algorithms.base.pack_state``), the
+write a numpy ``.npz`` archive (``workers.trainers.builtin.base.pack_state``), the
 PyTorch trainers a ``torch.save`` file (``workers.trainers.deep.base``), and
 plugin or uploaded trainers any bytes they like. The download names and
 describes each by looking at the bytes, so a torch file is never served as

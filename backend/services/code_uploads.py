@@ -5,7 +5,8 @@ An upload is one UTF-8 Python file that compiles. The API only ever
 ``compile()``s it (to report syntax errors at upload time); it is never
 imported or run outside the sandbox (``workers.sandbox``). Files live under
 ``DATA_DIR/code/<tenant id>/`` with a random name; jobs name them
-``"code:<id>"``.
+``"code:<id>"``; the worker finds a job's file with
+``backend.core.code_refs.load_trainer_code``.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from backend.core.code_refs import parse_code_ref
 from backend.core.models import Tenant, TrainerCode
 from backend.core.settings import get_settings
 from backend.services import tenant_files
@@ -134,23 +133,3 @@ def store_code(session: Session, *, tenant_id: int, user_id: int, name: str, fil
     return tenant_files.insert(session, row, name_clash=Conflict(
         f"trainer code named {name!r} exists already", "name"))
 
-
-def load_trainer_code(engine: Engine, code_ref_text: str, tenant_id: int, *,
-                      data_dir: Path | None = None) -> Path:
-    """The source file a job's ``"code:<id>"`` names, only if ``tenant_id`` owns it.
-
-    Raises LookupError with a readable reason otherwise (no such code, another
-    tenant's, or its file gone): the worker fails the job with it.
-    """
-    code_id = parse_code_ref(code_ref_text)
-    if code_id is None:
-        raise LookupError(f"{code_ref_text!r} is not a trainer code reference (code:<id>)")
-    with Session(engine) as session:
-        # Another tenant's code is reported as missing, as the API does.
-        row = tenant_files.find_owned(session, TrainerCode, code_id, tenant_id)
-    if row is None:
-        raise LookupError(f"trainer code {code_id} not found")
-    path = ((data_dir or get_settings().data_dir) / row.path).resolve()
-    if not path.is_file():
-        raise LookupError(f"trainer code {code_id}: its source file is missing")
-    return path

@@ -6,15 +6,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from backend.core.code_refs import is_code_ref, parse_code_ref
 from backend.core.models import Tenant, TrainerCode
 from backend.core.upload_format import is_upload_ref, parse_upload_ref
 from backend.services.errors import Invalid
-from workers.algorithms.params import ParamSpec
 from workers.datasets import DATASETS
+from workers.datasets.params import ParamSpec
 from workers.trainers.params_schema import ParamsError
 from workers.trainers.params_schema import validate_params as validate_trainer_params
-from workers.trainers.registry import trainers
+from workers.trainers.registry import Registered, TenantCode, UnknownTrainer, resolve
 
 if TYPE_CHECKING:
     from sqlmodel import Session
@@ -86,14 +85,16 @@ class _Algorithm:
 
 def _find_algorithm(algorithm: str, tenant_id: int, session: Session,
                     errors: list[SpecError]) -> _Algorithm | None:
-    if is_code_ref(algorithm):
-        return _find_code(algorithm, tenant_id, session, errors)
-    cls = trainers().get(algorithm)
-    if cls is None:
+    try:
+        source = resolve(algorithm)
+    except UnknownTrainer as exc:
         errors.append(SpecError(["algorithm"], f"unknown algorithm {algorithm!r}; choose one of "
-                                f"{', '.join(sorted(trainers()))}, or code:<id> for your "
+                                f"{', '.join(exc.known)}, or code:<id> for your "
                                 "uploaded trainer code"))
         return None
+    if isinstance(source, TenantCode):
+        return _find_code(source, tenant_id, session, errors)
+    cls = source.cls
 
     def check(raw: Mapping[str, Any]) -> dict[str, Any]:
         try:
@@ -105,9 +106,9 @@ def _find_algorithm(algorithm: str, tenant_id: int, session: Session,
     return _Algorithm(algorithm, tuple(cls.tasks), check)
 
 
-def _find_code(algorithm: str, tenant_id: int, session: Session,
+def _find_code(source: TenantCode, tenant_id: int, session: Session,
                errors: list[SpecError]) -> _Algorithm | None:
-    code_id = parse_code_ref(algorithm)
+    algorithm, code_id = source.ref, source.code_id
     row = session.get(TrainerCode, code_id) if code_id is not None else None
     if row is None or row.tenant_id != tenant_id:
         errors.append(SpecError(["algorithm"], f"{algorithm!r}: no such uploaded trainer code; "
@@ -129,8 +130,11 @@ def _find_code(algorithm: str, tenant_id: int, session: Session,
 
 def uses_gpu(algorithm: str) -> bool:
     """Whether the trainer gains from a GPU (uploaded code runs sandboxed on CPU)."""
-    found = trainers().get(algorithm)
-    return found is not None and found.uses_gpu
+    try:
+        source = resolve(algorithm)
+    except UnknownTrainer:
+        return False
+    return isinstance(source, Registered) and source.cls.uses_gpu
 
 
 def validate_job_spec(

@@ -6,10 +6,10 @@ parse_csv` reads it row by row into numeric arrays (refusing anything it would
 have to guess about, with the row and column named), :func:`store_upload`
 writes the arrays as an ``.npz`` under ``DATA_DIR/uploads/<tenant id>/`` and
 inserts the ``UploadedDataset`` row, and jobs refer to it as ``"upload:<id>"``
-(see :mod:`workers.uploaded`).
+(see :mod:`workers.datasets.uploaded`).
 
 A UTF-8 ``.txt`` file uploaded with task ``text`` (for language models) is
-checked by :func:`workers.text_data.clean_text` and stored as a ``.txt`` file
+checked by :func:`workers.datasets.text.clean_text` and stored as a ``.txt`` file
 by :func:`store_text_upload`; its row counts characters (``rows``) and
 distinct characters (``columns``).
 """
@@ -95,8 +95,8 @@ def store_upload(*, session: Session, parsed: ParsedCsv, name: str, tenant_id: i
 
 
 def parse_text(stream: IO[bytes]) -> str:
-    """An uploaded text file, decoded and checked (see :func:`workers.text_data.clean_text`)."""
-    from workers.text_data import MAX_TEXT_BYTES, clean_text
+    """An uploaded text file, decoded and checked (see :func:`workers.datasets.text.clean_text`)."""
+    from workers.datasets.text import MAX_TEXT_BYTES, clean_text
 
     try:
         # One byte past the limit is enough for clean_text to refuse it.

@@ -66,7 +66,7 @@ TORCH_RUNS: tuple[TorchRunSpec, ...] = (
 
 def _build(spec: TorchRunSpec) -> Any:
     from workers.datasets import load_dataset
-    from workers.text_data import load_text
+    from workers.datasets.text import load_text
     from workers.trainers.contract import TrainingData
     from workers.trainers.deep import TRAINERS
 

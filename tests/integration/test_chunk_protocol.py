@@ -11,13 +11,13 @@ import redis
 from sqlalchemy import select
 from sqlmodel import col
 
+from backend.core.checkpoints import CheckpointStore
 from backend.core.db import engine_for, migrate, session_scope
 from backend.core.leases import Heartbeats, Leases, local_slot_id
 from backend.core.models import Job, JobStatus, LossRecord, Role
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.service import Scheduler
 from backend.seed import ensure_tenant, ensure_user
-from workers.checkpoints import CheckpointStore
 from workers.chunk_service import ChunkContext, Outcome, run_chunk
 from workers.datasets import load_dataset
 from workers.resident import SLOT

@@ -10,9 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from backend.core.code_refs import load_trainer_code
 from backend.core.db import engine_for
 from backend.core.models import Role
-from backend.services.code_uploads import MAX_CODE_BYTES, load_trainer_code
+from backend.services.code_uploads import MAX_CODE_BYTES
 from tests.utils.portal import Portal, make_user_token
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trainers"

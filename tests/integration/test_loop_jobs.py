@@ -74,9 +74,9 @@ def uninterrupted(script: Path, job: dict[str, Any]) -> tuple[list[float], dict[
     process, evaluated where the worker evaluates."""
     import torch
 
+    from workers.datasets.text import load_text
     from workers.iterations import run_iterations
     from workers.stopping import StopRule
-    from workers.text_data import load_text
     from workers.trainers.contract import TrainingData
 
     torch.set_num_threads(1)  # as in the sandbox: the same sums in the same order

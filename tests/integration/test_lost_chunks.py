@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from backend.core.checkpoints import CheckpointStore
 from backend.core.db import engine_for, migrate, session_scope
 from backend.core.leases import Heartbeats, Leases
 from backend.core.models import Job, JobStatus, Role
@@ -20,7 +21,6 @@ from backend.core.redis_keys import RedisKeys
 from backend.scheduler.service import Scheduler
 from backend.seed import ensure_tenant, ensure_user
 from tests.utils.waiting import wait_until
-from workers.checkpoints import CheckpointStore
 from workers.chunk_service import ChunkContext, Outcome, run_chunk
 
 LEASE_SECONDS = 0.4

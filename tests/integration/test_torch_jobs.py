@@ -136,7 +136,7 @@ def test_cnn_job_killed_mid_chunk_resumes_exactly(portal: Portal, api: httpx.Cli
 
 def test_transformer_job_on_uploaded_text_killed_mid_chunk_resumes_exactly(
         portal: Portal, api: httpx.Client) -> None:
-    from workers.text_data import split_text
+    from workers.datasets.text import split_text
     from workers.trainers.contract import TrainingData
 
     body = CORPUS.read_text(encoding="utf-8")[:40_000]

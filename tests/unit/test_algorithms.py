@@ -11,8 +11,8 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.linear_model import LogisticRegression, Ridge
 
-from workers.algorithms.base import unpack_state
 from workers.datasets import Dataset, load_dataset
+from workers.trainers.builtin.base import unpack_state
 from workers.trainers.contract import Trainer
 from workers.trainers.params_schema import params_catalog
 from workers.trainers.registry import algorithm_params, make_trainer, restore_trainer, trainers

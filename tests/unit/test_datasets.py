@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from workers.algorithms.params import ParamSpec, fill_params
 from workers.datasets import DATASETS, dataset_from_arrays, load_dataset
+from workers.datasets.params import ParamSpec, fill_params
 
 SMALL = {
     "synthetic_classification": {"n_samples": 300, "n_features": 6, "n_classes": 3},

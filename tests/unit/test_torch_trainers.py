@@ -15,7 +15,7 @@ from pydantic import ValidationError
 torch = pytest.importorskip("torch")
 
 from workers.datasets import dataset_from_arrays, load_dataset  # noqa: E402
-from workers.text_data import (  # noqa: E402
+from workers.datasets.text import (  # noqa: E402
     MAX_VOCABULARY,
     MIN_TEXT_CHARS,
     TEXT_DATASETS,

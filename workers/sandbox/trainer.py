@@ -391,8 +391,8 @@ def open_sandboxed_trainer(source_path: Path, params: dict[str, Any], data: Trai
 
 def open_job_trainer(engine: Engine, job: Job, data: TrainingData) -> SandboxedTrainer:
     """``open_sandboxed_trainer`` for a job naming ``code:<id>`` of its own tenant."""
+    from backend.core.code_refs import load_trainer_code
     from backend.core.settings import get_settings
-    from backend.services.code_uploads import load_trainer_code
 
     try:
         source = load_trainer_code(engine, job.algorithm, job.tenant_id)

@@ -10,13 +10,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from sqlalchemy.engine import Engine
 
-from backend.core.models import Job
 from workers.datasets import Dataset
-from workers.text_data import job_text
 from workers.trainers.contract import TrainingData
-from workers.uploaded import resolve_dataset
 
 HOLDOUT_FRACTION = 0.2
 HOLDOUT_MAX_ROWS = 2000
@@ -53,13 +49,3 @@ def _rows(dataset: Dataset, rows: np.ndarray) -> Dataset:
         y = dataset.y[rows]
         y.setflags(write=False)
     return Dataset(dataset.name, dataset.task, X, y, dataset.n_classes)
-
-
-def load_training_data(engine: Engine, job: Job) -> TrainingData:
-    """The job's data, built-in or its tenant's upload, split for validation."""
-    text = job_text(engine, job.dataset, tenant_id=job.tenant_id)
-    if text is not None:
-        train, validation = text
-        return TrainingData(name=job.dataset, task="text", text=train,
-                            validation_text=validation or None)
-    return holdout(resolve_dataset(engine, job))

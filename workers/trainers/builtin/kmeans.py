@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import Field
 
-from workers.algorithms.base import (
+from workers.trainers.builtin.base import (
     NumpyTrainer,
     check_compatible,
     pack_state,
     rng_state,
     unpack_state,
 )
-from workers.algorithms.sampling import BatchSampler, evaluation_indices
-from workers.algorithms.sgd import batch_size_field
+from workers.trainers.builtin.sampling import BatchSampler, evaluation_indices
+from workers.trainers.builtin.sgd import batch_size_field
 from workers.trainers.contract import Metrics, TrainerParams, TrainingData
 
 if TYPE_CHECKING:

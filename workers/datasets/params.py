@@ -1,7 +1,8 @@
-"""Hyper-parameter specifications shared by datasets and algorithms.
+"""The datasets' generator parameters: one ``ParamSpec`` per knob.
 
-One ``ParamSpec`` type describes every tunable knob so the REST catalogue, the
-submit-time validation and the workers all agree on names, ranges and defaults.
+The REST catalogue, the submit-time validation and the workers read the same
+specs, so they agree on names, ranges and defaults. (Trainers declare theirs
+as a pydantic ``Params`` model instead: ``workers.trainers.params_schema``.)
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ def fill_params(
 
     Unknown names are rejected rather than ignored: a typo such as
     ``learning_rat`` would otherwise run a job with the default and waste
-    cluster time without the user noticing. ``owner`` names the algorithm or
-    dataset in error messages.
+    cluster time without the user noticing. ``owner`` names the dataset in
+    error messages.
     """
     given = dict(params or {})
     known = {spec.name for spec in specs}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-CORPUS_DIR = Path(__file__).resolve().parents[1] / "data" / "corpus"
+CORPUS_DIR = Path(__file__).resolve().parents[2] / "data" / "corpus"
 
 MAX_TEXT_BYTES = 5 * 1024 * 1024
 """Largest text upload, in UTF-8 bytes (a char model learns plenty from less)."""
@@ -111,7 +111,7 @@ def job_text(engine: Engine, dataset: str, *, tenant_id: int) -> tuple[str, str]
 
     from backend.core.models import UploadedDataset
     from backend.core.upload_format import parse_upload_ref, upload_file
-    from workers.uploaded import UploadMissing
+    from workers.datasets.uploaded import UploadMissing
 
     if dataset in TEXT_DATASETS:
         return load_text(dataset)

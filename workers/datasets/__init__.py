@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from workers.algorithms.params import ParamSpec, ParamValue, fill_params, seed_spec
+from workers.datasets.params import ParamSpec, ParamValue, fill_params, seed_spec
 
 Task = Literal["classification", "regression", "clustering", "text"]
 
@@ -219,7 +219,7 @@ _LABELLED: tuple[Task, ...] = ("classification", "clustering")
 
 
 def _text_only(_params: Mapping[str, ParamValue]) -> tuple[np.ndarray, np.ndarray]:
-    raise ValueError("python_docs is a text dataset; workers.text_data.load_text reads it")
+    raise ValueError("python_docs is a text dataset; workers.datasets.text.load_text reads it")
 
 
 DATASETS: dict[str, DatasetInfo] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workers.algorithms.sgd import SGDParams, SGDTrainer, Weights, l2_field
+from workers.trainers.builtin.sgd import SGDParams, SGDTrainer, Weights, l2_field
 
 
 class LinearSVMParams(SGDParams):

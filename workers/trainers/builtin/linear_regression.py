@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workers.algorithms.sgd import SGDParams, SGDTrainer, Weights, l2_field
+from workers.trainers.builtin.sgd import SGDParams, SGDTrainer, Weights, l2_field
 
 
 class LinearRegressionParams(SGDParams):

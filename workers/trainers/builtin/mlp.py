@@ -13,8 +13,14 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from workers.algorithms.losses import cross_entropy, cross_entropy_grad
-from workers.algorithms.sgd import LOG_SCALE, SGDParams, SGDTrainer, Weights, learning_rate_field
+from workers.trainers.builtin.losses import cross_entropy, cross_entropy_grad
+from workers.trainers.builtin.sgd import (
+    LOG_SCALE,
+    SGDParams,
+    SGDTrainer,
+    Weights,
+    learning_rate_field,
+)
 
 
 class MLPParams(SGDParams):

@@ -7,11 +7,11 @@ operators' plugins.
 
 from __future__ import annotations
 
-from workers.algorithms.kmeans import MiniBatchKMeansTrainer
-from workers.algorithms.linear_regression import LinearRegressionTrainer
-from workers.algorithms.logistic import LogisticRegressionTrainer
-from workers.algorithms.mlp import MLPTrainer
-from workers.algorithms.svm import LinearSVMTrainer
+from workers.trainers.builtin.kmeans import MiniBatchKMeansTrainer
+from workers.trainers.builtin.linear_regression import LinearRegressionTrainer
+from workers.trainers.builtin.logistic import LogisticRegressionTrainer
+from workers.trainers.builtin.mlp import MLPTrainer
+from workers.trainers.builtin.svm import LinearSVMTrainer
 from workers.trainers.contract import Trainer
 
 NUMPY_TRAINERS: tuple[type[Trainer], ...] = (

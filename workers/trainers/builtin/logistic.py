@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workers.algorithms.losses import cross_entropy, cross_entropy_grad
-from workers.algorithms.sgd import SGDParams, SGDTrainer, Weights, learning_rate_field
+from workers.trainers.builtin.losses import cross_entropy, cross_entropy_grad
+from workers.trainers.builtin.sgd import SGDParams, SGDTrainer, Weights, learning_rate_field
 
 
 class LogisticRegressionParams(SGDParams):
