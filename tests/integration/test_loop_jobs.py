@@ -124,8 +124,11 @@ def assert_reproduces(portal: Portal, script: Path, job: dict[str, Any]) -> None
 
 def test_digits_loop_paused_and_resumed_reproduces_one_run(
         portal: Portal, api: httpx.Client) -> None:
+    iterations = 4000
+    # Long enough (seconds on an idle machine) that the pause lands mid-run:
+    # at 600 iterations the job could finish before the pause was read.
     job = submit(api, algorithm=upload(api, DIGITS), dataset="digits", seed=5, eval_every=50,
-                 stopping={"max_iterations": 600, "tolerance": None})
+                 stopping={"max_iterations": iterations, "tolerance": None})
     wait_until(lambda: job_of(api, job["id"])["iterations_done"] >= 60, 120,
                "the loop to train past its first evaluation")
     assert api.post(f"/api/v1/jobs/{job['id']}/pause").status_code == 200
@@ -133,7 +136,7 @@ def test_digits_loop_paused_and_resumed_reproduces_one_run(
         lambda: (j := job_of(api, job["id"]))["status"] == "paused"
         and j["residency"]["checkpoint_iteration"] == j["iterations_done"] and j,
         60, "the paused loop's state to be written")
-    assert 0 < paused["iterations_done"] < 600
+    assert 0 < paused["iterations_done"] < iterations
     assert api.post(f"/api/v1/jobs/{job['id']}/resume").status_code == 200
     done = wait_finished(api, job["id"], timeout=240)
     assert done["status"] == "completed", (done["error"], portal.log_tail())
@@ -145,7 +148,7 @@ def test_digits_loop_paused_and_resumed_reproduces_one_run(
             select(col(MetricRecord.iteration)).where(
                 col(MetricRecord.job_id) == job["id"], col(MetricRecord.split) == "train",
                 col(MetricRecord.name) == "accuracy")).scalars().all()
-    assert sorted(accuracy) == list(range(1, 601))
+    assert sorted(accuracy) == list(range(1, iterations + 1))
 
 
 def test_loops_that_take_turns_on_the_slots_reproduce_one_run(
