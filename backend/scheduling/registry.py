@@ -2,8 +2,8 @@
 
 The live scheduler and the simulator both look policies up here, so they run
 the same code. ``LIVE_POLICIES`` excludes simulation-only policies (``oracle``
-needs true future curves, which only the simulator has: it passes them as
-``make_policy("oracle", true_curves=...)``).
+and ``oracle-mix`` need true future curves, which only the simulator has: it
+passes them as ``make_policy("oracle", true_curves=...)``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from backend.scheduling.guards import ServiceFloor
 from backend.scheduling.policies.fair import FairPolicy
 from backend.scheduling.policies.fifo import FifoPolicy
 from backend.scheduling.policies.las import LasPolicy
-from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve
+from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve, TwoAxisOraclePolicy
 from backend.scheduling.policies.slaq import SlaqPolicy
 from backend.scheduling.policies.slaq_classic import SlaqClassicPolicy
 from backend.scheduling.types import Policy
@@ -27,6 +27,12 @@ def _oracle(*, true_curves: Mapping[int, TrueCurve] | None = None, **options: An
     return OraclePolicy(true_curves=true_curves, **options)
 
 
+def _oracle_mix(*, true_curves: Mapping[int, TrueCurve] | None = None, **options: Any) -> Policy:
+    if true_curves is None:
+        raise ValueError("oracle-mix is simulation-only: pass true_curves={job_id: TrueCurve}")
+    return TwoAxisOraclePolicy(true_curves=true_curves, **options)
+
+
 POLICIES: dict[str, Callable[..., Policy]] = {
     "fifo": FifoPolicy,
     "fair": FairPolicy,
@@ -34,14 +40,15 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "slaq": SlaqPolicy,
     "slaq-classic": SlaqClassicPolicy,
     "oracle": _oracle,
+    "oracle-mix": _oracle_mix,
 }
 
-SIMULATION_ONLY: frozenset[str] = frozenset({"oracle"})
+SIMULATION_ONLY: frozenset[str] = frozenset({"oracle", "oracle-mix"})
 
 DEFAULT_POLICY = "slaq"
 """The policy the live scheduler should start with."""
 
-GUARDED: frozenset[str] = frozenset({"slaq", "oracle"})
+GUARDED: frozenset[str] = frozenset({"slaq", "oracle", "oracle-mix"})
 """Policies with a completion-time guard (their ``floor``, a
 :class:`~backend.scheduling.guards.ServiceFloor`); the others ignore it."""
 

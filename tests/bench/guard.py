@@ -1,8 +1,9 @@
 """The completion-time guard's trade-off: quality against mean completion, per setting.
 
     .venv/bin/python -m tests.bench.guard [--traces standard synthetic:1 torch]
-        [--seeds 3 4 5] [--fractions 0 0.25 0.4 0.6 0.8] [--policies slaq oracle]
-        [--procs 2] [--json-out guard.json]
+        [--seeds 3 4 5] [--fractions 0 0.25 0.4 0.6 0.8]
+        [--policies slaq oracle oracle-mix:0.5] [--procs 2] [--json-out guard.json]
+        [--chart artifacts/guard_frontier.html]
 
 ``slaq``'s completion-time guard is the service floor
 (:class:`backend.scheduling.guards.ServiceFloor`): each job with history is
@@ -27,8 +28,25 @@ better):
   gain with the guard off (fraction 0), mean over cells, on the paper's
   measure and on the arrived-jobs one.
 
-The issue's targets are read off one row: completion within +10% of fair in
-every cell, and >= 90% of the gain kept, with slaq never below las.
+The frontier against las (issue 39) follows: per trace, cell and guard,
+each guarded policy's point as (quality gain vs las, completion cost vs las)
+next to fair's (``+`` gain = lower average normalised loss than las, ``+``
+cost = mean completion longer than las); per trace and guard the point
+averaged over cells; and the issue's targets, each marked met or missed:
+
+* quality: >= 5% ahead of las averaged over the contended cells (load >= 2),
+  never more than 3% behind in any cell;
+* mean completion: <= las + 3% averaged over cells, <= las + 15% in every cell;
+* time to 95%: never more than 5% behind las in any cell;
+* >= 50% of the oracle's lead over las captured (``oracle`` at the same
+  guard, when it runs): the policy's mean quality gain over the contended
+  cells as a share of the oracle's.
+
+``oracle-mix:<weight>`` runs the two-axis oracle
+(:class:`~backend.scheduling.policies.oracle.TwoAxisOraclePolicy`) at that
+weight; ``--chart`` writes the frontier as an offline Plotly page
+(plotly.js embedded): quality gain against completion cost, one curve per
+policy over the guard settings, las at the origin and fair as a point.
 """
 
 from __future__ import annotations
@@ -36,6 +54,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,9 +66,23 @@ from backend.scheduling.workload import generate_workload
 from tests.bench.quality import CHUNKS, LOADS, SLOTS, change, get_trace, run_tasks
 
 FRACTIONS = (0.0, 0.25, 0.4, 0.6, 0.8)
+CONTENDED_LOAD = 2.0
+"""Cells at this load or above are the contended ones the issue's averages use."""
+TARGETS = {"contended_gain": 5.0, "worst_gain": -3.0, "mean_cost": 3.0, "worst_cost": 15.0,
+           "worst_t95": -5.0, "captured": 50.0}
+"""Issue 39's targets, in the units of :func:`frontier`'s figures."""
 
 Task = tuple[str, int, float, float, int, tuple[float, ...], tuple[str, ...]]
 Runs = dict[str, dict[str, float]]
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"slaq"`` -> ("slaq", {}); ``"oracle-mix:0.5"`` -> ("oracle-mix", {"weight": 0.5})."""
+    name, _, weight = spec.partition(":")
+    if name not in GUARDED or (weight and name != "oracle-mix"):
+        raise ValueError(f"unknown guarded policy {spec!r}: choose from {sorted(GUARDED)}, "
+                         "oracle-mix as oracle-mix:<weight>")
+    return name, ({"weight": float(weight)} if weight else {})
 
 
 def run_workload(task: Task) -> Runs:
@@ -60,9 +94,10 @@ def run_workload(task: Task) -> Runs:
     config = SimConfig(slots=slots, chunk_seconds=chunk)
     out: Runs = {}
     runs = [(base, build_policy(base, trace, arrivals)) for base in ("fair", "las")] + [
-        (f"{guarded_name}@{fraction:g}",
-         build_policy(guarded_name, trace, arrivals, completion_guard=fraction))
-        for guarded_name in guarded for fraction in fractions]
+        (f"{spec}@{fraction:g}",
+         build_policy(parse_spec(spec)[0], trace, arrivals, completion_guard=fraction,
+                      **parse_spec(spec)[1]))
+        for spec in guarded for fraction in fractions]
     for label, policy in runs:
         out[label] = figures(simulate(policy, trace, arrivals, config)).as_dict()
     return out
@@ -110,6 +145,149 @@ def trade_off(grid: dict[tuple[str, int, float, float], Runs], trace: str, polic
             "arrived_gain_kept_mean": kept("arrived_norm_loss")}
 
 
+Grid = dict[tuple[str, int, float, float], Runs]
+
+
+def point(runs: Runs, label: str) -> tuple[float, float, float]:
+    """(quality gain, completion cost, t95 gain) of ``label`` vs las in one cell, %."""
+    ours, las = runs[label], runs["las"]
+    return (change(ours["avg_norm_loss"], las["avg_norm_loss"]),
+            -change(ours["mean_completion"], las["mean_completion"]),
+            change(ours["t95_mean"], las["t95_mean"]))
+
+
+def frontier(grid: Grid, trace: str, label: str, oracle: str | None) -> dict[str, float]:
+    """``label`` (``policy@fraction`` or ``fair``) against las over the cells of
+    ``trace``: the frontier point (mean quality gain, mean completion cost),
+    and the figures the issue's targets are read from."""
+    cells = [(key, runs) for key, runs in sorted(grid.items()) if key[0] == trace]
+    pts = np.array([point(runs, label) for _, runs in cells])
+    contended = np.array([key[2] >= CONTENDED_LOAD for key, _ in cells])
+    out = {"gain_mean": float(pts[:, 0].mean()), "cost_mean": float(pts[:, 1].mean()),
+           "contended_gain": float(pts[contended, 0].mean()) if contended.any() else float("nan"),
+           "worst_gain": float(pts[:, 0].min()), "worst_cost": float(pts[:, 1].max()),
+           "worst_t95": float(pts[:, 2].min()), "captured": float("nan"),
+           "oracle_contended_gain": float("nan")}
+    if oracle is not None and contended.any() and all(oracle in runs for _, runs in cells):
+        lead = float(np.mean([point(runs, oracle)[0] for (_, runs), c in
+                              zip(cells, contended, strict=True) if c]))
+        out["oracle_contended_gain"] = lead
+        if lead > 0:
+            out["captured"] = 100.0 * out["contended_gain"] / lead
+    return out
+
+
+def met(r: dict[str, float]) -> dict[str, bool | None]:
+    """Each of the issue's targets: met, missed, or ``None`` (not measured)."""
+    t = TARGETS
+    return {"contended_gain": r["contended_gain"] >= t["contended_gain"],
+            "worst_gain": r["worst_gain"] >= t["worst_gain"],
+            "mean_cost": r["cost_mean"] <= t["mean_cost"],
+            "worst_cost": r["worst_cost"] <= t["worst_cost"],
+            "worst_t95": r["worst_t95"] >= t["worst_t95"],
+            "captured": None if np.isnan(r["captured"]) else r["captured"] >= t["captured"]}
+
+
+def mark(ok: bool | None) -> str:
+    return "" if ok is None else (" ok" if ok else " MISS")
+
+
+def print_points(grid: Grid, traces: list[str], specs: list[str],
+                 fractions: tuple[float, ...]) -> None:
+    """Per trace, cell and guard: each policy's (quality gain, completion cost) vs las."""
+    print("\n== points vs las per cell: quality gain / completion cost, % "
+          "(gain + = lower avg loss than las; cost + = mean completion longer than las) ==")
+    print("| trace | slots | load | chunk | guard | fair | " + " | ".join(specs) + " |")
+    print("|" + "---|" * (6 + len(specs)))
+    for key, runs in sorted(grid.items()):
+        if key[0] not in traces:
+            continue
+        t, s, load, c = key
+        fair = "{:+.1f} / {:+.1f}".format(*point(runs, "fair")[:2])
+        for f in fractions:
+            cols = ["{:+.1f} / {:+.1f}".format(*point(runs, f"{spec}@{f:g}")[:2])
+                    for spec in specs]
+            print(f"| {t} | {s} | {load:g} | {c:g} | {f:g} | {fair} | " + " | ".join(cols) + " |")
+
+
+def print_frontier(grid: Grid, traces: list[str], specs: list[str],
+                   fractions: tuple[float, ...]) -> dict[str, dict[str, float]]:
+    """Per trace and guard the frontier point of each policy and the issue's targets."""
+    print("\n== frontier vs las, per trace and guard, and issue 39's targets ==")
+    print("targets: contended gain >= +5%, worst-cell gain >= -3%, mean cost <= +3%, "
+          "worst-cell cost <= +15%, worst-cell t95 >= -5%, oracle lead captured >= 50%")
+    print("| trace | policy | guard | gain (mean) | cost (mean) | contended gain | worst gain "
+          "| worst cost | worst t95 | oracle contended gain | captured |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    rows: dict[str, dict[str, float]] = {}
+    for trace in traces:
+        r = rows[f"{trace}|fair"] = frontier(grid, trace, "fair", None)
+        print(f"| {trace} | fair | - | {r['gain_mean']:+.1f}% | {r['cost_mean']:+.1f}% "
+              f"| {r['contended_gain']:+.1f}% | {r['worst_gain']:+.1f}% "
+              f"| {r['worst_cost']:+.1f}% | {r['worst_t95']:+.1f}% | | |")
+        for spec in specs:
+            for f in fractions:
+                oracle = f"oracle@{f:g}" if "oracle" in specs and spec != "oracle" else None
+                r = rows[f"{trace}|{spec}@{f:g}"] = frontier(grid, trace, f"{spec}@{f:g}", oracle)
+                ok = met(r)
+                captured = ("" if np.isnan(r["captured"])
+                            else f"{r['captured']:.0f}%{mark(ok['captured'])}")
+                lead = ("" if np.isnan(r["oracle_contended_gain"])
+                        else f"{r['oracle_contended_gain']:+.1f}%")
+                print(f"| {trace} | {spec} | {f:g} | {r['gain_mean']:+.1f}% "
+                      f"| {r['cost_mean']:+.1f}%{mark(ok['mean_cost'])} "
+                      f"| {r['contended_gain']:+.1f}%{mark(ok['contended_gain'])} "
+                      f"| {r['worst_gain']:+.1f}%{mark(ok['worst_gain'])} "
+                      f"| {r['worst_cost']:+.1f}%{mark(ok['worst_cost'])} "
+                      f"| {r['worst_t95']:+.1f}%{mark(ok['worst_t95'])} | {lead} | {captured} |")
+    return rows
+
+
+def write_chart(path: Path, rows: dict[str, dict[str, float]], traces: list[str],
+                specs: list[str], fractions: tuple[float, ...], note: str) -> None:
+    """One frontier per trace: quality gain against completion cost, both vs las."""
+    import plotly.graph_objects as go
+
+    from backend.simulation.report import write_html
+
+    figs = []
+    for trace in traces:
+        fig = go.Figure()
+        fig.add_trace(go.Scatter(x=[0.0], y=[0.0], mode="markers+text", name="las",
+                                 text=["las"], textposition="bottom right",
+                                 marker={"size": 12, "symbol": "x", "color": "black"}))
+        fair = rows[f"{trace}|fair"]
+        fig.add_trace(go.Scatter(x=[fair["cost_mean"]], y=[fair["gain_mean"]],
+                                 mode="markers+text", name="fair", text=["fair"],
+                                 textposition="top right",
+                                 marker={"size": 11, "symbol": "diamond", "color": "grey"}))
+        for spec in specs:
+            pts = [rows[f"{trace}|{spec}@{f:g}"] for f in fractions]
+            fig.add_trace(go.Scatter(
+                x=[p["cost_mean"] for p in pts], y=[p["gain_mean"] for p in pts],
+                mode="lines+markers+text", name=spec, text=[f"{f:g}" for f in fractions],
+                textposition="top center",
+                customdata=[[p["contended_gain"], p["worst_gain"], p["worst_cost"],
+                             p["worst_t95"]] for p in pts],
+                hovertemplate=(f"{spec} guard %{{text}}<br>gain %{{y:+.1f}}%, "
+                               "cost %{x:+.1f}%<br>contended gain %{customdata[0]:+.1f}%, "
+                               "worst gain %{customdata[1]:+.1f}%<br>worst cost "
+                               "%{customdata[2]:+.1f}%, worst t95 %{customdata[3]:+.1f}%"
+                               "<extra></extra>")))
+        fig.add_vline(x=TARGETS["mean_cost"], line_dash="dot", line_color="green",
+                      annotation_text="cost target +3%")
+        fig.add_hline(y=TARGETS["contended_gain"], line_dash="dot", line_color="green",
+                      annotation_text="gain target +5% (contended cells)")
+        fig.update_layout(
+            title=f"{trace}: quality gain vs completion cost against las "
+                  "(mean over cells; labels = completion guard)",
+            xaxis_title="mean completion vs las, % longer (left is better)",
+            yaxis_title="avg normalised loss vs las, % lower (up is better)", height=560)
+        figs.append(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_html(path, "Completion guard frontier against las", figs, [note])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -120,11 +298,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=float, nargs="+", default=list(CHUNKS))
     parser.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS),
                         help="service floor fractions to compare (0 = guard off)")
-    parser.add_argument("--policies", nargs="+", default=["slaq"], choices=sorted(GUARDED),
-                        help="guarded policies to run at each fraction")
+    parser.add_argument("--policies", nargs="+", default=["slaq"],
+                        help=f"guarded policies to run at each fraction, of {sorted(GUARDED)}; "
+                        "oracle-mix as oracle-mix:<weight>")
     parser.add_argument("--procs", type=int, default=1, help="parallel worker processes")
     parser.add_argument("--json-out", help="write the per-trace rows as JSON here")
+    parser.add_argument("--chart", type=Path, default=Path("artifacts/guard_frontier.html"),
+                        help="write the frontier chart (offline Plotly HTML) here")
     args = parser.parse_args(argv)
+    for spec in args.policies:
+        try:
+            parse_spec(spec)
+        except ValueError as err:
+            parser.error(str(err))
     started = time.perf_counter()
     fractions = tuple(args.fractions)
     tasks: list[Task] = [(t, s, load, c, seed, fractions, tuple(args.policies))
@@ -147,12 +333,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"| {r['t95_vs_las_worst']:+.1f} / {r['t95_vs_las_mean']:+.1f}% "
                   f"| {r['contended_vs_las_mean']:+.1f}% | {r['arrived_vs_las_mean']:+.1f}% "
                   f"| {r['gain_kept_mean']:.0f} / {r['arrived_gain_kept_mean']:.0f}% |")
-    print(f"\n{len(tasks)} workloads x {2 + len(args.policies) * len(fractions)} runs in "
-          f"{time.perf_counter() - started:.0f}s (seeds {args.seeds}, chunks {args.chunks}; "
-          "positive = the guarded policy better)")
+    print_points(grid, args.traces, args.policies, fractions)
+    points = print_frontier(grid, args.traces, args.policies, fractions)
+    note = (f"{len(tasks)} workloads x {2 + len(args.policies) * len(fractions)} runs in "
+            f"{time.perf_counter() - started:.0f}s (seeds {args.seeds}, chunks {args.chunks}; "
+            "positive = the guarded policy better)")
+    print(f"\n{note}")
+    write_chart(args.chart, points, args.traces, args.policies, fractions, note)
+    print(f"frontier chart written to {args.chart}")
     if args.json_out:
         with open(args.json_out, "w") as out:
-            json.dump(rows, out, indent=1)
+            json.dump({**rows, **{f"frontier|{k}": v for k, v in points.items()}}, out, indent=1)
     return 0
 
 

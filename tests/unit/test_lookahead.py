@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from backend.scheduling.guards import ServiceFloor, WaitBounds, split_waiting
-from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve
+from backend.scheduling.policies.oracle import OraclePolicy, TrueCurve, TwoAxisOraclePolicy
 from backend.scheduling.policies.slaq import SlaqPolicy, best_first, lookahead_rates
 from backend.scheduling.predictor import CurveFit, LossPredictor, PredictorConfig, drop_model
 from backend.scheduling.registry import make_policy
@@ -218,6 +218,78 @@ def test_oracle_looks_past_a_plateau() -> None:
     grants = OraclePolicy(true_curves=truth, floor=None).allocate(s)
     assert [g.job_id for g in grants] == [1]
     assert "chunk(s)" in grants[0].reason
+
+
+def two_axis_jobs() -> tuple[dict[int, TrueCurve], list[JobView]]:
+    """The :class:`TwoAxisOraclePolicy` docstring's example, as literal curves.
+
+    Job 1: 100 iterations run at loss 1.0; its next chunk (100 iterations,
+    1 s) falls to 0.5, then 900 iterations to 0: rate 0.5/s, 10 s left.
+    Job 2: fell to 0 in its first 100 iterations and has 100 flat ones (1 s)
+    left: rate 0, 1 s left."""
+    falling = [1.0] * 100 + [1.0 - 0.5 * k / 100 for k in range(1, 101)] + [
+        0.5 - 0.5 * k / 900 for k in range(1, 901)]
+    flat_tail = [1.0 - k / 100 for k in range(1, 101)] + [0.0] * 100
+    truth = {1: TrueCurve(1.0, falling, [SPI] * len(falling)),
+             2: TrueCurve(1.0, flat_tail, [SPI] * len(flat_tail))}
+    jobs = [view(1, falling[:100], attained=1.0, max_iterations=len(falling)),
+            view(2, flat_tail[:100], attained=1.0, max_iterations=len(flat_tail))]
+    return truth, jobs
+
+
+def test_two_axis_oracle_weighs_quality_rate_against_finishing() -> None:
+    truth, jobs = two_axis_jobs()
+    s = Snapshot(now=5.0, free_slots=1, total_slots=2, chunk_seconds=1.0, jobs=jobs)
+    quality_only = TwoAxisOraclePolicy(true_curves=truth, floor=None, weight=0.0).allocate(s)
+    assert [g.job_id for g in quality_only] == [1]
+    assert quality_only[0].predicted_gain == pytest.approx(0.5)
+    # weight 1: job 1 scores 0.5 + 1/10 = 0.6, job 2 0 + 1/1 = 1.
+    both = TwoAxisOraclePolicy(true_curves=truth, floor=None, weight=1.0).allocate(s)
+    assert [g.job_id for g in both] == [2]
+    assert "1 / 1s left = 1/s" in both[0].reason
+    # Between: job 2 overtakes job 1 once weight / 1 > 0.5 + weight / 10, weight > 5/9.
+    assert [g.job_id for g in TwoAxisOraclePolicy(
+        true_curves=truth, floor=None, weight=0.5).allocate(s)] == [1]
+    assert [g.job_id for g in TwoAxisOraclePolicy(
+        true_curves=truth, floor=None, weight=0.6).allocate(s)] == [2]
+
+
+def test_two_axis_oracle_is_shortest_remaining_first_at_a_large_weight() -> None:
+    # Three jobs with the same shape (linear to 0) and 300, 500 and 200
+    # iterations left: at weight 100 the order is by remaining work.
+    lengths = {1: 400, 2: 600, 3: 300}
+    truth = {j: TrueCurve(1.0, [1.0 - k / n for k in range(1, n + 1)], [SPI] * n)
+             for j, n in lengths.items()}
+    jobs = [view(j, list(truth[j].losses[:100]), attained=1.0, max_iterations=n)
+            for j, n in lengths.items()]
+    s = Snapshot(now=5.0, free_slots=3, total_slots=3, chunk_seconds=1.0, jobs=jobs)
+    grants = TwoAxisOraclePolicy(true_curves=truth, floor=None, weight=100.0).allocate(s)
+    assert [g.job_id for g in grants] == [3, 1, 2]
+    # Equal scores (flat tails at weight 0) fall back to the shorter remainder.
+    flat = {j: TrueCurve(1.0, [0.0] * n, [SPI] * n) for j, n in lengths.items()}
+    flat_jobs = [view(j, [0.0] * 100, attained=1.0, max_iterations=n) for j, n in lengths.items()]
+    s = replace(s, jobs=flat_jobs, free_slots=1)
+    assert [g.job_id for g in TwoAxisOraclePolicy(
+        true_curves=flat, floor=None, weight=0.0).allocate(s)] == [3]
+
+
+def test_two_axis_oracle_is_registered_simulation_only_with_the_guard() -> None:
+    from backend.scheduling.registry import GUARDED, SIMULATION_ONLY, live_policy_names
+
+    assert "oracle-mix" in SIMULATION_ONLY and "oracle-mix" in GUARDED
+    assert "oracle-mix" not in live_policy_names()
+    with pytest.raises(ValueError, match="simulation-only"):
+        make_policy("oracle-mix")
+    truth, jobs = two_axis_jobs()
+    policy = make_policy("oracle-mix", true_curves=truth, completion_guard=0.6, weight=2.0)
+    assert isinstance(policy, TwoAxisOraclePolicy)
+    assert policy.floor == ServiceFloor(fraction=0.6) and policy.weight == 2.0
+    # Job 1 has waited past the floor (1 runnable job per slot / 0.6 = 1.67 s):
+    # it is served first whatever the weight says.
+    jobs = [replace(jobs[0], waiting_since=0.0), replace(jobs[1], waiting_since=4.5)]
+    s = Snapshot(now=5.0, free_slots=1, total_slots=2, chunk_seconds=1.0, jobs=jobs)
+    grants = policy.allocate(s)
+    assert [g.job_id for g in grants] == [1] and "service floor" in grants[0].reason
 
 
 def test_docstring_worked_example() -> None:

@@ -1,0 +1,54 @@
+"""The guard bench's frontier figures and target marks, on literal cells."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.bench.guard import frontier, met, parse_spec, write_chart
+
+
+def figs(avg: float, compl: float, t95: float = 1.0) -> dict[str, float]:
+    return {"avg_norm_loss": avg, "mean_completion": compl, "t95_mean": t95}
+
+
+GRID = {
+    # las 0.2 / 10 s; slaq 10% lower loss, 5% longer; oracle 20% lower loss.
+    ("t", 2, 2.0, 1.0): {"las": figs(0.2, 10.0), "fair": figs(0.3, 11.0),
+                         "slaq@0.4": figs(0.18, 10.5), "oracle@0.4": figs(0.16, 10.0)},
+    # uncontended: slaq 5% behind las, 20% longer, t95 10% behind.
+    ("t", 2, 1.2, 1.0): {"las": figs(0.2, 10.0), "fair": figs(0.3, 11.0),
+                         "slaq@0.4": figs(0.21, 12.0, 1.1), "oracle@0.4": figs(0.2, 10.0)},
+}
+
+
+def test_frontier_point_and_targets() -> None:
+    r = frontier(GRID, "t", "slaq@0.4", "oracle@0.4")
+    assert r["gain_mean"] == pytest.approx((10.0 - 5.0) / 2)
+    assert r["cost_mean"] == pytest.approx((5.0 + 20.0) / 2)
+    assert r["contended_gain"] == pytest.approx(10.0)
+    assert r["worst_gain"] == pytest.approx(-5.0) and r["worst_cost"] == pytest.approx(20.0)
+    assert r["worst_t95"] == pytest.approx(-10.0)
+    assert r["oracle_contended_gain"] == pytest.approx(20.0)
+    assert r["captured"] == pytest.approx(50.0)
+    assert met(r) == {"contended_gain": True, "worst_gain": False, "mean_cost": False,
+                      "worst_cost": False, "worst_t95": False, "captured": True}
+    fair = frontier(GRID, "t", "fair", None)
+    assert math.isnan(fair["captured"]) and met(fair)["captured"] is None
+
+
+def test_policy_specs_and_chart(tmp_path: Path) -> None:
+    assert parse_spec("slaq") == ("slaq", {})
+    assert parse_spec("oracle-mix:0.5") == ("oracle-mix", {"weight": 0.5})
+    with pytest.raises(ValueError):
+        parse_spec("slaq:0.5")
+    with pytest.raises(ValueError):
+        parse_spec("las")
+    rows = {"t|fair": frontier(GRID, "t", "fair", None),
+            "t|slaq@0.4": frontier(GRID, "t", "slaq@0.4", "oracle@0.4")}
+    path = tmp_path / "chart.html"
+    write_chart(path, rows, ["t"], ["slaq"], (0.4,), "note")
+    text = path.read_text()
+    assert "cdn.plot.ly/plotly" not in text and "plotly.js" in text
