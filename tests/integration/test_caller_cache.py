@@ -23,6 +23,9 @@ from backend.core.settings import get_settings
 from backend.security import hash_token
 from tests.utils.portal import Portal, make_user_token, start_portal
 
+# One database: the subject is a cache epoch in Redis shared by API processes.
+pytestmark = pytest.mark.one_database
+
 REQUESTS = 24  # each on its own connection, so both API processes answer some
 
 

@@ -12,6 +12,9 @@ import pytest
 from tests.utils.portal import Portal, make_user_token
 from tests.utils.waiting import wait_until
 
+# One database: the subject is the model file's format, read from shared storage.
+pytestmark = pytest.mark.one_database
+
 
 def test_finished_job_model_downloads_and_is_tenant_scoped(
         api: httpx.Client, portal: Portal, other_token: str) -> None:
@@ -36,7 +39,6 @@ def test_finished_job_model_downloads_and_is_tenant_scoped(
     assert hidden.json()["detail"] == f"job {job_id} not found"
 
 
-@pytest.mark.one_database  # the file's format is the trainer's, not the database's
 def test_torch_job_model_downloads_as_a_torch_file(api: httpx.Client) -> None:
     # Issue 38: a torch job's model came as a torch.save file named .npz.
     torch = pytest.importorskip("torch")

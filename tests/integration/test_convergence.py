@@ -15,6 +15,9 @@ from tests.integration.test_end_to_end import stored_points, submit, wait_finish
 from tests.utils.portal import Portal, make_user_token
 from workers.stopping import MIN_SHARE
 
+# One database: the subject is the convergence test on noisy series, in the worker.
+pytestmark = pytest.mark.one_database
+
 KMEANS = {"algorithm": "kmeans", "dataset": "iris", "params": {"n_clusters": 3}}
 """k-means on iris reaches a fixed point within a few dozen iterations."""
 

@@ -14,6 +14,9 @@ from backend.services.csv_import import parse_csv
 from backend.services.uploads import UploadError
 from tests.utils.portal import Portal
 
+# One database: the subject is parsing and previewing CSV files, not the database.
+pytestmark = pytest.mark.one_database
+
 FLOWERS = "sepal_length,petals,species\n" + "".join(
     f"{1.5 + i / 10:.2f},{i % 4},{['setosa', 'versicolor'][i % 2]}\n" for i in range(25))
 

@@ -35,6 +35,10 @@ from backend.seed import SeedPasswordRefused, ensure_tenant, ensure_user, seed
 from tests.utils.portal import ROOT, Portal, make_user_token
 from tests.utils.waiting import wait_until
 
+# One database: the subject is password checks, timing and lock-outs; account storage runs on
+# both databases in test_tenant_scope and test_admin_tokens.
+pytestmark = pytest.mark.one_database
+
 LOGIN = "/api/v1/auth/login"
 _hosts = itertools.count()
 

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import update
 from sqlmodel import col
 
@@ -18,6 +19,10 @@ from backend.core.fits import fit_payload, publish_fits
 from backend.core.models import Job
 from tests.utils.portal import Portal
 from tests.utils.waiting import wait_until
+
+# One database: the subject is the predictor's band, computed from stored points the same on
+# either database.
+pytestmark = pytest.mark.one_database
 
 ITERATIONS = 30
 

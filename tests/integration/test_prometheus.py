@@ -33,6 +33,9 @@ from backend.core.redis_conn import free_port
 from tests.utils.portal import Portal, make_user_token, start_portal, token_client
 from tests.utils.waiting import wait_until
 
+# One database: the subject is figures exported from Redis counters.
+pytestmark = pytest.mark.one_database
+
 METRICS_TOKEN = f"prom-{secrets.token_hex(16)}"
 FAKE_GPU = "Test GPU:16384"
 LONG = 50_000

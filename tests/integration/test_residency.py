@@ -24,6 +24,10 @@ from tests.integration.test_end_to_end import (
 from tests.utils.portal import Portal
 from tests.utils.waiting import wait_until
 
+# One database: the subject is trainers kept on their slot; the checkpoint protocol runs on both
+# databases in test_chunk_protocol.
+pytestmark = pytest.mark.one_database
+
 MLP = {"algorithm": "mlp", "dataset": "digits",
        "params": {"hidden_units": 64, "batch_size": 64}}
 

@@ -20,6 +20,9 @@ from backend.core.models import Role
 from tests.utils.portal import Portal, make_user_token, start_portal
 from tests.utils.waiting import wait_until
 
+# One database: the subject is server-sent events from Redis streams, not the database.
+pytestmark = pytest.mark.one_database
+
 KEEPALIVE = 2.0
 """The test portal's keep-alive period: small, so a minute shows many."""
 # Longer than the stream client's 30 s socket timeout and health-check
@@ -140,7 +143,6 @@ def blocked_stream_reads(portal: Portal) -> int:
                if c.get("name") == name and c.get("cmd") == "xread")
 
 
-@pytest.mark.one_database
 def test_idle_stream_keeps_alive_then_delivers_points(portal: Portal, admin: httpx.Client) -> None:
     token = make_user_token(portal.db_url, tenant="stream-idle", email="ida@stream-idle.test",
                             max_slots=0)

@@ -7,8 +7,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
 
 from tests.utils.portal import Portal
+
+# One database: the subject is the caller cache's write-back of last use; tokens are stored on
+# both databases in test_admin_tokens.
+pytestmark = pytest.mark.one_database
 
 
 def _mine(api: httpx.Client, name: str) -> dict[str, object]:

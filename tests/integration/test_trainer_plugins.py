@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import select
 from sqlmodel import col
 
@@ -14,6 +15,9 @@ from backend.core.db import engine_for, session_scope
 from backend.core.models import MetricRecord
 from tests.integration.test_end_to_end import stored_iterations, submit, wait_finished
 from tests.utils.portal import Portal
+
+# One database: the subject is the plugin entry point and its schema.
+pytestmark = pytest.mark.one_database
 
 PLUGIN = "averaged_perceptron"
 

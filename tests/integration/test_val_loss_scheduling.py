@@ -15,6 +15,9 @@ import pytest
 from tests.utils.portal import Portal, make_user_token, start_portal
 from tests.utils.waiting import wait_until
 
+# One database: the subject is what the scheduler ranks by, not where it is stored.
+pytestmark = pytest.mark.one_database
+
 EVAL_EVERY = 20
 # Chunks are sized by time, so a short job ends in a grant or two, before the
 # scheduler fits it thrice: these run until the test cancels them.
