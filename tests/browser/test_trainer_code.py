@@ -18,6 +18,7 @@ from tests.utils.waiting import wait_until
 FINISHED = {"completed", "failed", "cancelled"}
 
 LEGIT = ROOT / "tests" / "fixtures" / "trainers" / "logistic.py"
+LOOP = ROOT / "examples" / "loops" / "digits_loop.py"
 
 
 def _allow_code(portal: Portal, tenant: str, allow: bool = True) -> None:
@@ -63,6 +64,43 @@ def test_upload_then_train_uploaded_code(
     expect(page.locator("#trainer-output")).to_contain_text("tenant trainer ready")
     expect(page.locator("#loss-chart .main-svg").first).to_be_visible()
     screenshot(page, "job-tenant-code")
+
+
+def test_a_loop_script_uploads_and_trains_like_any_algorithm(
+        make_page: Callable[..., Page], accounts: Callable[..., Account],
+        browser_portal: Portal) -> None:
+    """Issue 37: a researcher's own training loop (``train(params, data,
+    ctx)``), uploaded as it is, is listed as a loop and trained from the
+    submit form, with its held-out metrics on the job page."""
+    user = accounts("lou@loops.test", tenant="loops")
+    _allow_code(browser_portal, "loops")
+    page = make_page()
+    sign_in(page, user, "/datasets")
+    page.get_by_label("Python file").set_input_files(str(LOOP))
+    page.get_by_label("Name").last.fill("digits-loop-web")
+    page.get_by_role("button", name="Upload trainer").click()
+    expect(page.locator("#code-message")).to_contain_text("jobs run it as code:")
+    row = page.locator("#code-table tr", has_text="digits-loop-web")
+    expect(row.locator('td[data-label="Contract"]')).to_have_text("loop")
+    screenshot(page, "datasets-loop-code")
+
+    row.get_by_role("link", name="Train").click()
+    page.wait_for_url(re.compile(r"/submit\?algorithm=code%3A\d+$"))
+    page.locator("#f-dataset").select_option("digits")
+    page.get_by_label("Maximum iterations").fill("150")
+    page.get_by_role("button", name="Submit job").click()
+    page.wait_for_url(re.compile(r"/jobs/\d+$"))
+    job_id = int(page.url.rsplit("/", 1)[1])
+    with api_client(browser_portal, user) as api:
+        job = wait_until(lambda: (lambda j: j if j["status"] in FINISHED else None)(
+            api.get(f"/api/v1/jobs/{job_id}").json()), 180, "the loop job to finish")
+    assert job["status"] == "completed", job
+    assert job["iterations_done"] == 150, job
+    assert "val_loss" in job["last_eval"], job
+    page.reload()
+    expect(page.locator("#loss-chart .main-svg").first).to_be_visible()
+    expect(page.get_by_text("val_loss").first).to_be_visible()
+    screenshot(page, "job-loop-code")
 
 
 def test_tenants_without_code_uploads_do_not_see_the_section(
