@@ -72,7 +72,8 @@ class JobRequirements(BaseModel):
 class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field("", max_length=200)
+    name: str = Field("", max_length=200, description=(
+        "Empty: '<trainer> on <dataset>', with an uploaded trainer's or dataset's own name"))
     algorithm: str = Field(..., description="One of GET /api/v1/catalog/algorithms")
     dataset: str = Field(..., description="One of GET /api/v1/catalog/datasets")
     params: dict[str, Any] = Field(default_factory=dict, description="Algorithm hyper-parameters")

@@ -31,6 +31,7 @@ from backend.services.pools import (
 )
 from backend.services.quotas import QuotaExceeded, check_submission, lock_tenant
 from backend.services.specs import SpecError, SpecErrors, uses_gpu, validate_job_spec
+from backend.services.tenant_files import display_name
 
 
 class JobStateError(Conflict):
@@ -96,7 +97,7 @@ def admit_jobs(*, session: Session, jobs_in: list[JobCreate], user: User, tenant
     jobs = [Job(
         tenant_id=tenant.id or 0,
         user_id=user.id or 0,
-        name=job_in.name or f"{job_in.algorithm} on {job_in.dataset}",
+        name=job_in.name or _default_name(session, job_in, tenant.id or 0),
         algorithm=job_in.algorithm,
         dataset=job_in.dataset,
         params=params,
@@ -117,6 +118,12 @@ def admit_jobs(*, session: Session, jobs_in: list[JobCreate], user: User, tenant
     for job in jobs:
         session.refresh(job)
     return jobs
+
+
+def _default_name(session: Session, job_in: JobCreate, tenant_id: int) -> str:
+    # "softmax-web on wine", not "code:12 on wine": the names the tenant gave.
+    return (f"{display_name(session, job_in.algorithm, tenant_id)} on "
+            f"{display_name(session, job_in.dataset, tenant_id)}")
 
 
 def _check_iteration_limit(*, job_in: JobCreate, tenant: Tenant) -> None:

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
-from backend.core.models import FINISHED, Job, TenantFile
+from backend.core.models import FINISHED, Job, TenantFile, TrainerCode, UploadedDataset
 from backend.core.settings import get_settings
 from backend.services.errors import Conflict
 
@@ -40,6 +40,18 @@ def find_owned(session: Session, model: type[_Owned], row_id: int,
     if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
         return None
     return row
+
+
+def display_name(session: Session, reference: str, tenant_id: int) -> str:
+    """What a person calls the file a job spec refers to: an upload's or a
+    code's own name for ``upload:<id>`` / ``code:<id>`` owned by the tenant,
+    else ``reference`` itself (a built-in name, or one not to disclose)."""
+    for model in (UploadedDataset, TrainerCode):
+        file_id = model.ref.parse(reference)
+        if file_id is not None:
+            row = find_owned(session, model, file_id, tenant_id)
+            return row.name if row is not None else reference
+    return reference
 
 
 def name_taken(session: Session, model: type[TenantFile], tenant_id: int, name: str) -> bool:

@@ -97,7 +97,9 @@ def test_a_loop_script_uploads_and_trains_like_any_algorithm(
     assert job["status"] == "completed", job
     assert job["iterations_done"] == 150, job
     assert "val_loss" in job["last_eval"], job
+    assert job["name"] == "digits-loop-web on digits", job  # the names the tenant gave
     page.reload()
+    expect(page.get_by_role("heading", name="digits-loop-web on digits")).to_be_visible()
     expect(page.locator("#loss-chart .main-svg").first).to_be_visible()
     expect(page.get_by_text("val_loss").first).to_be_visible()
     screenshot(page, "job-loop-code")

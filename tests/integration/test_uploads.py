@@ -78,6 +78,8 @@ def test_upload_train_and_delete(api: httpx.Client, portal: Portal) -> None:
     job = api.post("/api/v1/jobs", json=spec)
     assert job.status_code == 201, job.text
     job_id = job.json()["id"]
+    # Named by the dataset's own name, not its reference.
+    assert job.json()["name"] == "logistic_regression on flowers"
     # While the job is unfinished the dataset cannot go away.
     busy = api.delete(f"/api/v1/datasets/{ds['id']}")
     assert busy.status_code == 409 and "unfinished" in busy.json()["detail"]
