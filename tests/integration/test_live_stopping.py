@@ -130,7 +130,8 @@ def test_a_hopeless_configuration_is_stopped_at_a_rung_never_the_best(
         expected = sum((j["max_iterations"] - j["iterations_done"]) * attained[j["id"]]
                        / j["iterations_done"] for j in stopped)
         assert expected > 0
-        assert got["saved_slot_seconds"] == pytest.approx(expected, rel=1e-3)
+        # The API gives it to the millisecond: a run stopped early saves well under a second here.
+        assert got["saved_slot_seconds"] == pytest.approx(expected, rel=1e-3, abs=5e-4)
         assert "measured seconds per iteration" in got["saved_estimate"]
         for job in stopped:
             assert job["saved_slot_seconds"] > 0 and job["why_running"] is None

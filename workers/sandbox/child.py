@@ -67,7 +67,7 @@ def _warm_torch(torch: Any) -> None:
         buffer = io.BytesIO()
         torch.save({"model": model.state_dict()}, buffer)
         torch.load(io.BytesIO(buffer.getvalue()), map_location=device, weights_only=True)
-        float(loss)  # waits for the device
+        loss.item()  # waits for the device; float() of a grad tensor warns in every job's output
 
 
 _WARM_UPS = {"torch": _warm_torch}
