@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -12,18 +11,8 @@ from backend.services import csv_import
 from backend.services.csv_import import parse_csv
 from backend.services.errors import Invalid
 from backend.services.uploads import UploadError
-
-
-def _csv(text: str) -> io.BytesIO:
-    return io.BytesIO(text.encode())
-
-
-def _table(rows: int = 12, header: str | None = "a,b,label",
-           label: Callable[[int], object] = lambda i: i % 2) -> str:
-    lines = [header] if header else []
-    for i in range(rows):
-        lines.append(f"{i},{i * 0.5},{label(i)}")
-    return "\n".join(lines) + "\n"
+from tests.utils.csv_text import csv_file as _csv
+from tests.utils.csv_text import csv_table as _table
 
 
 def _refused(text: str | bytes, task: csv_import.UploadTask = "classification",

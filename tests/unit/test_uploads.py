@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,18 +18,8 @@ from backend.core.upload_format import (
 from backend.services import uploads
 from backend.services.csv_import import parse_csv
 from backend.services.uploads import UploadError
-
-
-def _csv(text: str) -> io.BytesIO:
-    return io.BytesIO(text.encode())
-
-
-def _table(rows: int = 12, header: str | None = "a,b,label",
-           label: Callable[[int], object] = lambda i: i % 2) -> str:
-    lines = [header] if header else []
-    for i in range(rows):
-        lines.append(f"{i},{i * 0.5},{label(i)}")
-    return "\n".join(lines) + "\n"
+from tests.utils.csv_text import csv_file as _csv
+from tests.utils.csv_text import csv_table as _table
 
 
 @pytest.mark.parametrize(("name", "ok"), [("iris", True), ("my data_v1.2-b", True), ("", False),

@@ -9,7 +9,7 @@ import numpy as np
 
 from backend.scheduling.allocation import chunk_iterations, fill_slots
 from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_waiting
-from backend.scheduling.types import Grant, Snapshot
+from backend.scheduling.types import Grant, JobView, Snapshot
 
 
 @dataclass(frozen=True)
@@ -63,18 +63,8 @@ class OraclePolicy:
         overdue, behind, rest = split_waiting(snapshot, self.bounds, self.floor)
         scored = []
         for job in rest:
-            norm, cum = self._curve(job.job_id)
-            done = min(job.iterations_done, len(norm) - 1)
-            n = chunk_iterations(snapshot, job)
-            ends = np.minimum(np.arange(done + n, len(norm) - 1 + n, n), len(norm) - 1)
-            if ends.size == 0:
-                scored.append((0.0, job.waiting_since, job.job_id, job, 0.0, 0))
-                continue
-            rates = (norm[done] - norm[ends]) / np.maximum(cum[ends] - cum[done], 1e-9)
-            best = int(np.argmax(rates))
-            gain = float(norm[done] - norm[ends[best]])
-            scored.append((float(rates[best]), job.waiting_since, job.job_id, job, gain,
-                           best + 1))
+            rate, gain, chunks, _ = self._lookahead(snapshot, job)
+            scored.append((rate, job.waiting_since, job.job_id, job, gain, chunks))
         scored.sort(key=lambda item: (-item[0], item[1], item[2]))
         ranked: list[Ranked] = [
             (job, f"oracle: true gain {gain:.3g} of its total drop over {h} chunk(s) "
@@ -82,6 +72,22 @@ class OraclePolicy:
             for i, (score, _, _, job, gain, h) in enumerate(scored, start=1)
         ]
         return fill_slots(snapshot, overdue + behind + ranked)
+
+    def _lookahead(self, snapshot: Snapshot, job: JobView) -> tuple[float, float, int, float]:
+        """The job's best true drop per second over its next 1, 2, ... chunks:
+        (rate, the drop, those chunks, the true seconds left to its end); rate,
+        drop and chunks are 0 at its end."""
+        norm, cum = self._curve(job.job_id)
+        last = len(norm) - 1
+        done = min(job.iterations_done, last)
+        remaining = float(cum[last] - cum[done])
+        n = chunk_iterations(snapshot, job)
+        ends = np.minimum(np.arange(done + n, last + n, n), last)
+        if ends.size == 0:
+            return 0.0, 0.0, 0, remaining
+        rates = (norm[done] - norm[ends]) / np.maximum(cum[ends] - cum[done], 1e-9)
+        best = int(np.argmax(rates))
+        return float(rates[best]), float(norm[done] - norm[ends[best]]), best + 1, remaining
 
     def _curve(self, job_id: int) -> tuple[np.ndarray, np.ndarray]:
         """Normalised loss after 0..N iterations (index 0 = start) and cumulative seconds."""
@@ -133,16 +139,8 @@ class TwoAxisOraclePolicy(OraclePolicy):
         overdue, behind, rest = split_waiting(snapshot, self.bounds, self.floor)
         scored = []
         for job in rest:
-            norm, cum = self._curve(job.job_id)
-            last = len(norm) - 1
-            done = min(job.iterations_done, last)
-            remaining = max(float(cum[last] - cum[done]), 1e-9)
-            n = chunk_iterations(snapshot, job)
-            ends = np.minimum(np.arange(done + n, last + n, n), last)
-            rate = 0.0
-            if ends.size:
-                rates = (norm[done] - norm[ends]) / np.maximum(cum[ends] - cum[done], 1e-9)
-                rate = max(float(rates.max()), 0.0)
+            rate, _, _, remaining = self._lookahead(snapshot, job)
+            rate, remaining = max(rate, 0.0), max(remaining, 1e-9)
             score = rate + self.weight / remaining
             scored.append((score, remaining, job.waiting_since, job.job_id, job, rate))
         scored.sort(key=lambda item: (-item[0], item[1], item[2], item[3]))
