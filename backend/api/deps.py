@@ -27,11 +27,11 @@ from backend.api.callers import callers
 from backend.api.token_use import token_use
 from backend.core.db import get_engine
 from backend.core.models import ApiToken, Role, Tenant, User, as_utc, utcnow
+from backend.core.owned import find_owned
 from backend.core.redis_conn import get_keys, get_redis, quick_client_for
 from backend.core.redis_keys import RedisKeys
 from backend.core.settings import get_settings
 from backend.security import hash_token
-from backend.services.tenant_files import find_owned
 from backend.services.web_sessions import CSRF_HEADER, SESSION_COOKIE, find_session
 
 

@@ -11,6 +11,7 @@ from sqlmodel import Session
 
 from backend.core.file_refs import CODE
 from backend.core.models import TrainerCode
+from backend.core.owned import find_owned
 from backend.core.settings import get_settings
 
 CODE_PREFIX = CODE.prefix
@@ -33,9 +34,9 @@ def load_trainer_code(engine: Engine, code_ref_text: str, tenant_id: int, *,
     if code_id is None:
         raise LookupError(f"{code_ref_text!r} is not a trainer code reference (code:<id>)")
     with Session(engine) as session:
-        row = session.get(TrainerCode, code_id)
-    # Another tenant's code is reported as missing, as the API does.
-    if row is None or row.tenant_id != tenant_id:
+        # Another tenant's code is reported as missing, as the API does.
+        row = find_owned(session, TrainerCode, code_id, tenant_id)
+    if row is None:
         raise LookupError(f"trainer code {code_id} not found")
     path = ((data_dir or get_settings().data_dir) / row.path).resolve()
     if not path.is_file():

@@ -12,34 +12,18 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from backend.core.models import FINISHED, Job, TenantFile, TrainerCode, UploadedDataset
+from backend.core.owned import find_owned
 from backend.core.settings import get_settings
 from backend.services.errors import Conflict
 
-
-class _TenantOwned(Protocol):
-    tenant_id: int
-
-
-_Owned = TypeVar("_Owned", bound=_TenantOwned)
 _File = TypeVar("_File", bound=TenantFile)
-
-
-def find_owned(session: Session, model: type[_Owned], row_id: int,
-               tenant_id: int | None) -> _Owned | None:
-    """The row if it exists and tenant ``tenant_id`` may see it (None: any
-    tenant). Another tenant's row is None, as a missing one: its existence
-    is none of the caller's business."""
-    row = session.get(model, row_id)
-    if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
-        return None
-    return row
 
 
 def display_name(session: Session, reference: str, tenant_id: int) -> str:

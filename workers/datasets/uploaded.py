@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from backend.core.models import Job, UploadedDataset
+from backend.core.owned import find_owned
 from backend.core.upload_format import is_upload_ref, parse_upload_ref, read_npz, upload_file
 from workers.datasets import Dataset, Task, dataset_from_arrays, load_dataset
 
@@ -30,8 +31,8 @@ def load_uploaded(engine: Engine, dataset: str, *, tenant_id: int) -> Dataset:
     if upload_id is None:
         raise UploadMissing(f"{dataset!r} is not an upload reference (upload:<id>)")
     with Session(engine) as session:
-        row = session.get(UploadedDataset, upload_id)
-        if row is None or row.tenant_id != tenant_id:
+        row = find_owned(session, UploadedDataset, upload_id, tenant_id)
+        if row is None:
             raise UploadMissing(f"uploaded dataset {upload_id} does not exist (deleted?)")
         path, task = row.path, row.task
     return _load_file(str(upload_file(path)), task, dataset)
