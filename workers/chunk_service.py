@@ -7,8 +7,10 @@ Order of effects, chosen so that a crash anywhere loses nothing:
    job and restore this one from the checkpoint the database names
    (:mod:`workers.resident`);
 3. run the granted iterations, streaming points to Redis for live charts;
-4. when the job ends or ``checkpoint_seconds`` have passed since the last
-   save, write the checkpoint file (named by iteration, atomic rename);
+4. when the job ends or its cadence has passed since the last save
+   (``checkpoint_seconds``, longer for a state slow to save:
+   :func:`workers.resident.cadence_seconds`), write the checkpoint file
+   (named by iteration, atomic rename);
 5. one DB transaction, fenced by chunk_seq: insert loss points (duplicates
    ignored), move progress (and checkpoint_iteration, if saved) forward, set
    the status;
@@ -41,7 +43,7 @@ from backend.core.redis_keys import RedisKeys
 from backend.core.safe_text import storable
 from workers.iterations import Iterations, Point, Sample, run_iterations
 from workers.metrics import observe_chunk
-from workers.resident import SLOT, Resident, StateWriter, close_quietly
+from workers.resident import SLOT, Resident, StateWriter, cadence_seconds, close_quietly
 from workers.stopping import StopRule, Verdict
 from workers.trainer_loading import load_trainer
 from workers.trainers.contract import Trainer
@@ -108,6 +110,9 @@ class ChunkContext:
     lease_seconds: float
     checkpoint_seconds: float = 30.0
     """A resident trainer's state is written at a chunk's end at most this often."""
+    checkpoint_share: float = 0.02
+    """...and no more often than keeps those saves within this share of its time
+    (:func:`workers.resident.cadence_seconds`)."""
 
 
 def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> ChunkOutcome:
@@ -291,7 +296,8 @@ def _settle(ctx: ChunkContext, writer: StateWriter, res: Resident, run: _Run) ->
     landed = writer.landed(res)
     if landed is not None:  # recorded by this chunk's commit, under its lease
         run.saved = True
-    due = time.monotonic() - res.saved_at >= ctx.checkpoint_seconds
+    due = time.monotonic() - res.saved_at >= cadence_seconds(
+        res, ctx.checkpoint_seconds, ctx.checkpoint_share)
     if res.dirty and (ended or (due and res.pending is None)):
         try:
             if ended:  # its final state, durable before the job reads as over

@@ -81,6 +81,9 @@ class Resident:
     """Build + restore (+ sandbox start) of its latest start on this slot."""
     save_seconds: float = 0.0
     """How long its latest state() and checkpoint write took."""
+    hold_seconds: float = 0.0
+    """How long its latest save held its training up: state() when the file
+    was written behind, else the whole save."""
     idle_since: float = 0.0
     checked_at: float = 0.0
     """When the idle thread last read its job's status."""
@@ -95,6 +98,21 @@ class Resident:
     def switch_seconds(self) -> float:
         """What moving the job costs: build and restore where it goes, a save here."""
         return self.start_seconds + self.save_seconds
+
+
+def cadence_seconds(res: Resident, every: float, share: float) -> float:
+    """Seconds between a resident trainer's saves while it stays: ``every``
+    (``CHECKPOINT_SECONDS``), or longer where its saves hold training up for
+    more than ``share`` of the time (``CHECKPOINT_SHARE``; 1: never longer).
+
+    A crash costs at most this much compute, never a loss point. Example: a
+    state whose ``state()`` takes 5 s is saved every 250 s at a share of
+    0.02, not every 30 s (17% of its slot time); one of 0.1 s every 30 s.
+    (CheckFreq, FAST'21, sizes its checkpoint interval by the same bound.)
+    """
+    if share >= 1:
+        return every
+    return max(every, res.hold_seconds / share)
 
 
 class SlotTrainer:
@@ -135,7 +153,7 @@ class StateWriter:
         began = time.perf_counter()
         state = res.trainer.state()
         self.ctx.checkpoints.save(res.job_id, res.iteration, state)
-        res.save_seconds = time.perf_counter() - began
+        res.save_seconds = res.hold_seconds = time.perf_counter() - began
         res.saved_iteration = res.iteration
         res.saved_at = time.monotonic()
         return res.save_seconds
@@ -147,6 +165,7 @@ class StateWriter:
         began = time.perf_counter()
         state = res.trainer.state()
         pending = WriteBehind(res.iteration, time.perf_counter() - began)
+        res.hold_seconds = pending.state_seconds
         res.pending = pending
         res.saved_at = time.monotonic()
         threading.Thread(target=self._write_behind, args=(res.job_id, pending, state),

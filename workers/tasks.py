@@ -32,6 +32,7 @@ def _context() -> ChunkContext:
         checkpoints=CheckpointStore(settings.effective_checkpoint_dir),
         lease_seconds=settings.lease_seconds,
         checkpoint_seconds=settings.checkpoint_seconds,
+        checkpoint_share=settings.checkpoint_share,
     )
 
 

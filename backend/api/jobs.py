@@ -227,7 +227,8 @@ def download_checkpoint(job_id: DbId, session: SessionDep, scope: CurrentTenant)
                   if job.iterations_done <= 0 else
                   f"job {job_id} has no checkpoint yet: its trained state is still loaded on "
                   f"its worker slot; it is written when the job pauses, ends or leaves the "
-                  f"slot, and at least every {get_settings().checkpoint_seconds:g} s")
+                  f"slot, and while it trains every {get_settings().checkpoint_seconds:g} s "
+                  f"(less often for a state slow to save)")
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail)
     store = CheckpointStore(get_settings().effective_checkpoint_dir)
     # Read at once: a running job's next chunk prunes this file once it has a newer one.

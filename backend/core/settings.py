@@ -65,6 +65,13 @@ class Settings(BaseSettings):
         description="A resident trainer's state is written to the checkpoint store when its "
         "job leaves the slot, and otherwise at a chunk's end at most this often: what a "
         "worker crash can cost in compute (never in loss points)")
+    checkpoint_share: float = Field(
+        0.02, gt=0, le=1,
+        description="A state whose save holds training up (state(), and for tenant code the "
+        "copy out of its sandbox) is written less often than checkpoint_seconds, so that "
+        "those saves take at most this share of its slot time: a 33M-parameter tenant "
+        "model whose state takes 5 s is saved every 250 s at 0.02. 1: every "
+        "checkpoint_seconds, whatever a save costs")
     idle_save_seconds: float = Field(
         2.0, gt=0,
         description="A slot whose resident job has not been granted again for this long "

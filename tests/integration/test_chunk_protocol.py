@@ -128,6 +128,7 @@ def test_a_cadence_state_is_written_behind_and_recorded_by_the_next_commit(
         setup: Setup) -> None:
     sched, ctx, sent, job_id = setup
     ctx.checkpoint_seconds = 0.0  # every chunk's end is due
+    ctx.checkpoint_share = 1.0
     # This process is the slot: alive, so the scheduler keeps its resident job there.
     Heartbeats(ctx.redis, ctx.keys).beat(local_slot_id(), 60)
     sched.run_round()
