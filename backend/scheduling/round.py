@@ -17,7 +17,8 @@ policy.schedule -> placement.place``):
    hard limits (:func:`~backend.scheduling.allocation.split_grants`), placed on
    pools (:func:`~backend.scheduling.placement.place`), cut to the free slots,
    then given a slot each, resident slot first, with a moving job's chunk
-   stretched to amortise its switch (:mod:`backend.scheduling.residency`);
+   stretched to amortise its switch, and every chunk longer in a round that
+   leaves slots idle (:mod:`backend.scheduling.residency`);
 4. **bookkeeping** (:func:`after`): the snapshot as the granted chunks leave it,
    for the next step of the same round.
 
@@ -37,7 +38,14 @@ from backend.scheduling.allocation import Rejected, chunk_iterations, split_gran
 from backend.scheduling.experiment_focus import Standing, focus
 from backend.scheduling.placement import place
 from backend.scheduling.policies.slaq import SWEEP_WARMUP_SHARE, WARMUP_SHARE
-from backend.scheduling.residency import SWITCH_SHARE, SlotView, amortised, assign_slots
+from backend.scheduling.residency import (
+    IDLE_CHUNK_FACTOR,
+    SWITCH_SHARE,
+    SlotView,
+    amortised,
+    assign_slots,
+    unhurried,
+)
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
 
 RANKING_EXTRA = 32
@@ -198,8 +206,8 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
            standings: Mapping[int, Standing] | None = None, extra: int = RANKING_EXTRA,
            free: Sequence[SlotView] = (), resident: Mapping[int, str] | None = None,
            reserved: Collection[int] = (), share: float = SWITCH_SHARE,
-           default_pool: str = "", cut: Callable[[Grant, JobView], Grant] | None = None
-           ) -> Decided:
+           default_pool: str = "", cut: Callable[[Grant, JobView], Grant] | None = None,
+           idle_factor: float = IDLE_CHUNK_FACTOR) -> Decided:
     """Rank (unless ``ranking`` is given), check, place and put on slots.
 
     ``free``: the free slots, each with the job it holds loaded (none: no
@@ -207,7 +215,9 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
     id -> the slot holding its trainer; ``reserved``: jobs whose resident slot
     waits for them (owed the rest of a cut grant) unless they are granted;
     ``default_pool``: the pool name of a grant placed where there are no
-    pools; ``cut``: applied to each grant last (an experiment's rungs).
+    pools; ``cut``: applied to each grant last (an experiment's rungs);
+    ``idle_factor``: chunks granted while slots stay idle are up to this many
+    chunks long (:func:`~backend.scheduling.residency.unhurried`; 1: off).
     """
     asked = 0
     over: list[Rejected] = []
@@ -227,13 +237,18 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
     homes = resident or {}
     slots = [s for s in free if s.resident_job not in reserved or s.resident_job in ran]
     views = {job.job_id: job for job in snapshot.jobs}
+    # Every job that waits is granted now and slots stay idle: no decision
+    # is pending for them, so chunks can be long (an arrival takes an idle slot).
+    idle = snapshot.free_slots > len(snapshot.waiting())
     out: list[tuple[Grant, SlotView | None]] = []
     for grant, slot in assign_slots(placed, slots, homes):
         job = views.get(grant.job_id)
         if job is not None:
-            # Stretched to amortise a move, then cut (at an experiment's next
-            # rung): the stretch must not carry a job past a judgement.
+            # Stretched to amortise a move (or while slots idle), then cut (at
+            # an experiment's next rung): no stretch carries a job past a judgement.
             grant = amortised(grant, job, slot, homes, share)
+            if idle:
+                grant = unhurried(grant, job, snapshot.chunk_seconds, idle_factor)
             if cut is not None:
                 grant = cut(grant, job)
         out.append((grant, slot))

@@ -59,7 +59,7 @@ from backend.scheduling.loss_history import LossHistory, LossRing
 from backend.scheduling.placement import eligible_pools, refusal
 from backend.scheduling.policies.oracle import TrueCurve
 from backend.scheduling.registry import SIMULATION_ONLY, make_policy
-from backend.scheduling.residency import SWITCH_SHARE, SlotView
+from backend.scheduling.residency import IDLE_CHUNK_FACTOR, SWITCH_SHARE, SlotView
 from backend.scheduling.round import (
     RANKING_EXTRA,
     Decided,
@@ -145,6 +145,9 @@ class SimConfig:
     switch_share: float = SWITCH_SHARE
     """A moving job's chunk is stretched until its switch is at most this share of
     it (:func:`backend.scheduling.residency.amortised`); 1: never stretched."""
+    idle_factor: float = IDLE_CHUNK_FACTOR
+    """Chunks granted while slots stay idle are up to this many chunks long
+    (:func:`backend.scheduling.residency.unhurried`); 1: never."""
 
 
 @dataclass
@@ -557,12 +560,13 @@ def _decide(policy: Policy, snapshot: Snapshot, continuing: Sequence[Grant], slo
 
     if continuing:
         decided = decide(policy, snapshot, ranking=list(continuing), free=free,
-                         resident=resident, share=config.switch_share)
+                         resident=resident, share=config.switch_share,
+                         idle_factor=config.idle_factor)
         run(decided)
         snapshot = after(snapshot, [grant for grant, _ in decided.grants])
     if snapshot.free_slots > 0:
         run(decide(policy, snapshot, extra=config.ranking_extra, free=free, resident=resident,
-                   share=config.switch_share))
+                   share=config.switch_share, idle_factor=config.idle_factor))
     return out
 
 

@@ -38,7 +38,7 @@ from typing import TypeVar
 import numpy as np
 
 from backend.scheduling.metrics import Figures, figures, time_to_fraction
-from backend.scheduling.residency import SWITCH_SHARE
+from backend.scheduling.residency import IDLE_CHUNK_FACTOR, SWITCH_SHARE
 from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
 from backend.scheduling.synthetic import shape_of, synthetic_trace
 from backend.scheduling.trace import Trace, load_trace
@@ -78,13 +78,13 @@ def per_shape(result: SimResult) -> dict[str, dict[str, float]]:
             for shape, v in groups.items()}
 
 
-def run_cell(args: tuple[str, int, float, float, int, tuple[str, ...], bool, float]
+def run_cell(args: tuple[str, int, float, float, int, tuple[str, ...], bool, float, float]
              ) -> dict[str, dict[str, object]]:
-    name, slots, load, chunk, seed, policies, residency, share = args
+    name, slots, load, chunk, seed, policies, residency, share, idle = args
     trace = get_trace(name)
     arrivals = generate_workload(trace, slots=slots, load=load, seed=seed, chunk_seconds=chunk)
     config = SimConfig(slots=slots, chunk_seconds=chunk, residency=residency,
-                       switch_share=share)
+                       switch_share=share, idle_factor=idle)
     out: dict[str, dict[str, object]] = {}
     for policy in policies:
         result = simulate(build_policy(policy, trace, arrivals), trace, arrivals, config)
@@ -124,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--switch-share", type=float, default=SWITCH_SHARE,
                         help="a moving job's chunk is stretched until its switch is at most "
                         "this share of it (1: never stretched)")
+    parser.add_argument("--idle-factor", type=float, default=IDLE_CHUNK_FACTOR,
+                        help="chunks granted while slots stay idle are up to this many chunks "
+                        "long (1: never)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     tasks = [(t, s, load, c, seed, tuple(args.policies), not args.no_residency,
-              args.switch_share)
+              args.switch_share, args.idle_factor)
              for t in args.traces
              for s in args.slots for load in args.loads for c in args.chunks
              for seed in args.seeds]
