@@ -16,7 +16,8 @@ adds it written to the loop contract, ``torch_wide_mlp_loop.py``), of about 0.1M
 
 Goodput = the seconds its iterations trained (the workers' own timing of each
 step) over the wall seconds from its first grant to its last commit (alone),
-or over 2 x the wall seconds of the run (contended). Per job it prints chunks,
+or over 2 x the wall seconds from the run's first grant to its last commit
+(contended). Per job it prints chunks,
 chunks that stepped on a resident trainer, restores, checkpoints written,
 the measured switch cost, per chunk the mean overhead (grant to commit less
 training) and gap (commit to the next grant), and the steady goodput: from
@@ -162,19 +163,14 @@ def figures(portal: Portal, api: httpx.Client, job_id: int, label: str,
             contended: float | None = None) -> Figures:
     """One job's figures; ``contended``: its share of the slots' wall time
     when it shared them (else its own first grant to last commit)."""
-    wall = contended
     job = api.get(f"/api/v1/jobs/{job_id}").json()
     if job["status"] == "failed":
         print(f"  {label}: FAILED: {job['error']}")
     with session_scope(engine_for(portal.db_url)) as session:
-        training, last = session.execute(
-            select(func.coalesce(func.sum(col(LossRecord.seconds)), 0.0),
-                   func.max(col(LossRecord.recorded_at)))
-            .where(col(LossRecord.job_id) == job_id)).one()
-        first = session.execute(select(func.min(col(Decision.created_at)))
-                                .where(col(Decision.job_id) == job_id)).scalar()
-    if wall is None:
-        wall = (as_utc(last).timestamp() - as_utc(first).timestamp()) if first and last else 0.0
+        training = session.execute(
+            select(func.coalesce(func.sum(col(LossRecord.seconds)), 0.0))
+            .where(col(LossRecord.job_id) == job_id)).scalar_one()
+    wall = busy_seconds(portal.db_url, [job_id]) if contended is None else contended
     res = job["residency"]
     chunks = chunk_samples(portal.db_url, {job_id})
     return Figures(label, float(training), wall, job["chunks_run"], res["resident_chunks"],
@@ -216,9 +212,49 @@ def print_table(title: str, rows: list[Figures]) -> None:
               f"{f.saves:>7}{switch:>9}{f.overhead_ms:>8.0f}{f.gap_ms:>8.0f}", flush=True)
 
 
+def run_alone(redis_url: str, root: Path, args: argparse.Namespace) -> None:
+    rows: list[Figures] = []
+    with portal_for(root, redis_url, "slaq", args.chunk_seconds) as (portal, api):
+        code = upload(api, args.kinds)
+        for kind in args.kinds:
+            for size in args.sizes:
+                (job_id,) = run_jobs(portal, api, [spec(kind, size, code)], args.seconds)
+                rows.append(figures(portal, api, job_id, f"{kind} {size}"))
+    print_table(f"alone on the cluster, {args.seconds:.0f} s each, chunks of "
+                f"{args.chunk_seconds} s", rows)
+
+
+def busy_seconds(db_url: str, ids: list[int]) -> float:
+    """Wall seconds from the first grant to any of ``ids`` to their last
+    commit: the run as the slots saw it, without submission and clean-up."""
+    with session_scope(engine_for(db_url)) as session:
+        first = session.execute(select(func.min(col(Decision.created_at)))
+                                .where(col(Decision.job_id).in_(ids))).scalar()
+        last = session.execute(select(func.max(col(LossRecord.recorded_at)))
+                               .where(col(LossRecord.job_id).in_(ids))).scalar()
+    return as_utc(last).timestamp() - as_utc(first).timestamp() if first and last else 0.0
+
+
+def print_timeline(db_url: str, ids: list[int]) -> None:
+    """Each grant to ``ids`` in order: seconds since the first, job, chunk
+    length and the scheduler's reason (where a move or a stretch shows)."""
+    with session_scope(engine_for(db_url)) as session:
+        rows = session.execute(
+            select(col(Decision.created_at), col(Decision.job_id), col(Decision.iterations),
+                   col(Decision.reason))
+            .where(col(Decision.job_id).in_(ids)).order_by(col(Decision.id))).all()
+    if not rows:
+        return
+    start = as_utc(rows[0][0]).timestamp()
+    for created, job_id, iterations, reason in rows:
+        print(f"  {as_utc(created).timestamp() - start:7.2f}s job {ids.index(job_id)} "
+              f"{iterations:>6} it  {reason[:110]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--sizes", nargs="*", default=list(SHAPES), choices=list(SHAPES),
+                        help="sizes run alone on the cluster (none: the contended runs only)")
     parser.add_argument("--kinds", nargs="+", default=["builtin", "tenant"],
                         choices=["builtin", "tenant", "loop"],
                         help="loop: the tenant code written to the loop contract")
@@ -226,28 +262,23 @@ def main() -> None:
     parser.add_argument("--contended-size", default="2M", choices=list(SHAPES))
     parser.add_argument("--policies", nargs="*", default=["slaq", "las"])
     parser.add_argument("--chunk-seconds", type=float, default=1.0)
+    parser.add_argument("--timeline", action="store_true",
+                        help="print each contended run's grants: when, which job, how long, why")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, \
             test_redis(Path(tmp) / "redis", BENCH_REDIS_DB) as redis_url:
-        rows: list[Figures] = []
-        with portal_for(Path(tmp) / "alone", redis_url, "slaq", args.chunk_seconds) as (
-                portal, api):
-            code = upload(api, args.kinds)
-            for kind in args.kinds:
-                for size in args.sizes:
-                    (job_id,) = run_jobs(portal, api, [spec(kind, size, code)], args.seconds)
-                    rows.append(figures(portal, api, job_id, f"{kind} {size}"))
-        print_table(f"alone on the cluster, {args.seconds:.0f} s each, chunks of "
-                    f"{args.chunk_seconds} s", rows)
+        if args.sizes:
+            run_alone(redis_url, Path(tmp) / "alone", args)
         for policy in args.policies:
             with portal_for(Path(tmp) / f"contended-{policy}", redis_url, policy,
                             args.chunk_seconds) as (portal, api):
                 code = upload(api, args.kinds)
                 for kind in args.kinds:
-                    began = time.monotonic()
                     ids = run_jobs(portal, api, [spec(kind, args.contended_size, code, seed)
                                                  for seed in range(4)], args.seconds)
-                    wall = time.monotonic() - began
+                    wall = busy_seconds(portal.db_url, ids)
+                    if args.timeline:
+                        print_timeline(portal.db_url, ids)
                     jobs = [figures(portal, api, j, f"{kind} {args.contended_size} #{i}",
                                     contended=SLOTS * wall / 4) for i, j in enumerate(ids)]
                     total = Figures(f"{kind} {args.contended_size} all", sum(
