@@ -45,12 +45,15 @@ from backend.core.models import (
 from backend.core.notify import publish_job_event
 from backend.core.redis_keys import RedisKeys
 from backend.scheduling.early_stopping import (
+    FLOOR_WINDOW,
     RuleConfig,
     Stop,
     Trial,
+    floors_by_training_loss,
     judge,
     predict_final,
     rule_config,
+    training_floor,
 )
 from backend.scheduling.experiment_focus import Standing, standings
 from backend.scheduling.predictor import LossPredictor
@@ -141,13 +144,16 @@ class ExperimentStopper:
             job_id = int(job_id)
             points = self._read_series(session, job_id, config.metric, int(done))
             stoppable = status in ACTIVE and not early
-            final = None
+            final = floor = None
             if stoppable and points:
                 final = predict_final(self.predictor, job_id=job_id, points=points,
                                       max_iterations=int(most), maximise=config.maximise)
+                if floors_by_training_loss(config):
+                    floor = training_floor(points, self._recent_losses(session, job_id, int(done)),
+                                           maximise=config.maximise)
             trials.append(Trial(job_id=job_id, iterations_done=int(done),
                                 max_iterations=int(most), points=tuple(points),
-                                final=final, stoppable=stoppable))
+                                final=final, stoppable=stoppable, floor=floor))
         self._standings[experiment_id] = standings(experiment_id, config, trials)
         verdict = judge(trials, config)
         self._publish(experiment_id, verdict.kept)
@@ -164,6 +170,16 @@ class ExperimentStopper:
             pipe.execute()
         except redis.RedisError as exc:
             log.warning("could not publish the verdicts of experiment %s: %s", experiment_id, exc)
+
+    def _recent_losses(self, session: Session, job_id: int, done: int) -> list[tuple[int, float]]:
+        """The job's training losses of its last ``FLOOR_WINDOW`` iterations,
+        for :func:`training_floor` (a held-out loss judged by its training loss)."""
+        rows = session.execute(
+            select(col(LossRecord.iteration), col(LossRecord.loss))
+            .where(col(LossRecord.job_id) == job_id,
+                   col(LossRecord.iteration) > done - FLOOR_WINDOW)
+            .order_by(col(LossRecord.iteration))).all()
+        return [(int(i), float(v)) for i, v in rows if math.isfinite(float(v))]
 
     def _read_series(self, session: Session, job_id: int, metric: str,
                      done: int) -> list[tuple[int, float]]:

@@ -38,6 +38,11 @@ fraction of that value, at the start of its budget (none at its end)."""
 RISING_MARGIN = 0.1
 """A series this share of its drop (plus noise) above its best is rising:
 predicted to end no better than it is now (``CurveFit.rising``)."""
+FLOOR_WINDOW = 50
+"""Iterations of training loss averaged as its level now, for
+:func:`training_floor` (minibatch losses are noisy)."""
+FLOOR_NOISE_VALUES = 4
+"""The held-out values whose steps measure its noise, for :func:`training_floor`."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,9 @@ class Trial:
 
     ``points`` is its objective series ``(iteration, value)``, oldest first;
     ``final`` the predicted objective at its last iteration as ``(mean, low,
-    high)``, or ``None`` when the predictor cannot tell yet. ``stoppable``
+    high)``, or ``None`` when the predictor cannot tell yet. ``floor`` is the
+    best a held-out loss can still reach by its training loss
+    (:func:`training_floor`), ``None`` where that says nothing. ``stoppable``
     jobs are queued or running and were never stopped before (a job resumed
     by hand after a stop is the user's call, not the rule's)."""
 
@@ -82,6 +89,7 @@ class Trial:
     points: Sequence[tuple[int, float]] = ()
     final: tuple[float, float, float] | None = None
     stoppable: bool = True
+    floor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,10 @@ def _bounds(trial: Trial, sign: float) -> tuple[float, float, float]:
     # at 0.0142). Widen the optimistic side in proportion to the budget left.
     left = 1.0 - min(trial.iterations_done / max(trial.max_iterations, 1), 1.0)
     optimistic -= EXTRAPOLATION_MARGIN * left * abs(optimistic)
+    # The training loss bounds what a held-out loss can still gain, without
+    # extrapolating (training_floor): the margin is for extrapolations only.
+    if trial.floor is not None:
+        optimistic = max(optimistic, sign * trial.floor)
     # A rival's pessimistic side is no better than where it stands: a job is
     # stopped for what others have shown, not for what their fits promise
     # (a slow fit extrapolated over most of its budget can promise anything).
@@ -192,16 +204,21 @@ def _predictive(trials: Sequence[Trial], config: RuleConfig) -> Judgement:
             continue
         threshold = others[config.top_k - 1]
         mean, optimistic, _ = scored[job_id]
+        floored = trial.floor is not None and sign * trial.floor >= optimistic
         if optimistic > threshold:
             spread = abs(high_u - low_u) / 2
+            why = (f"its {config.metric} can fall at most to {_fmt(sign * optimistic)} (its "
+                   f"best so far less its training loss)" if floored else
+                   f"its predicted final {config.metric} {_fmt(mean_u)} ± {_fmt(spread)}")
             stops.append(Stop(job_id, (
-                f"stopped early: its predicted final {config.metric} {_fmt(mean_u)} ± "
-                f"{_fmt(spread)} cannot reach the top {config.top_k} (best "
+                f"stopped early: {why} cannot reach the top {config.top_k} (best "
                 f"{_fmt(sign * best_now)}; the top {config.top_k} end at "
                 f"{_fmt(sign * threshold)} or better)")))
         else:
+            at_best = (f"{_fmt(sign * optimistic)} by its training loss" if floored
+                       else _fmt(sign * optimistic))
             kept[job_id] = (f"predicted final {config.metric} {_fmt(mean_u)} (at best "
-                            f"{_fmt(sign * optimistic)}), needs {need} {_fmt(sign * threshold)} "
+                            f"{at_best}), needs {need} {_fmt(sign * threshold)} "
                             f"to reach the top {config.top_k}")
     return Judgement(stops, kept)
 
@@ -290,6 +307,49 @@ def _asha(trials: Sequence[Trial], config: RuleConfig) -> Judgement:
                                   f"is in the top 1/{config.reduction} of the {len(at_rung)} "
                                   f"that reached it (place {place}){then}")
     return Judgement(stops, kept)
+
+
+def floors_by_training_loss(config: RuleConfig) -> bool:
+    """Whether :func:`training_floor` applies to ``config``'s objective: a
+    held-out loss (``val_loss``), compared with the training loss in the
+    same units; not the training loss itself, nor an accuracy."""
+    return (config.rule == "predictive" and not config.maximise and config.metric != "loss"
+            and config.metric.endswith("loss"))
+
+
+def training_floor(points: Sequence[tuple[int, float]], training: Sequence[tuple[int, float]],
+                   *, maximise: bool) -> float | None:
+    """The lowest a held-out loss can still fall to, judged by the job's
+    training loss: its best so far, less the training loss's level now (the
+    mean over the last ``FLOOR_WINDOW`` iterations), less its own noise (the
+    median step between its last ``FLOOR_NOISE_VALUES`` values).
+
+    The argument: a held-out loss does not fall by more than the training
+    loss still falls (the model learns from the training data; what it
+    gains on held-out data it gains there first), and a training loss (a
+    cross-entropy or a squared error) cannot fall below zero. Nothing is
+    extrapolated: where the held-out objective has two or three evaluations,
+    the training loss has hundreds of points, and once it is near zero (a
+    configuration that has learnt its training set) the held-out loss can
+    only wobble around its best. Worked example: best ``val_loss`` so far
+    0.160, training loss about 0.004 over the last 50 iterations, steps of
+    0.006 and 0.002 between the last three values: at best 0.160 - 0.004 -
+    0.004 = 0.152.
+
+    ``None`` (nothing known) for a maximised metric, a series of fewer than
+    two values, no training loss, or a negative one (not a loss)."""
+    if maximise or len(points) < 2 or not training:
+        return None
+    newest = training[-1][0]
+    level = [v for i, v in training if i > newest - FLOOR_WINDOW]
+    if min(level) < 0:
+        return None
+    values = [v for _, v in points]
+    recent = values[-FLOOR_NOISE_VALUES:]
+    steps = sorted(abs(b - a) for a, b in zip(recent, recent[1:], strict=False))
+    noise = steps[len(steps) // 2] if len(steps) % 2 else \
+        (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
+    return min(values) - sum(level) / len(level) - noise
 
 
 def predict_final(predictor: LossPredictor, *, job_id: int, points: Sequence[tuple[int, float]],

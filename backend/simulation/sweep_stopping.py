@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from backend.scheduling.early_stopping import RuleConfig, Trial, decide, predict_final
+from backend.scheduling.early_stopping import (
+    RuleConfig,
+    Trial,
+    decide,
+    floors_by_training_loss,
+    predict_final,
+    training_floor,
+)
 from backend.scheduling.experiment_focus import Standing, standings
 from backend.scheduling.predictor import LossPredictor
 from backend.scheduling.rungs import at_rung
@@ -36,6 +43,7 @@ class SweepStopper:
         self.jobs: dict[int, SimJob] = {}
         self.finals: dict[int, tuple[float, float, float] | None] = {}
         self.series: dict[int, tuple[tuple[int, float], ...]] = {}
+        self.floors: dict[int, float | None] = {}
         self.stopped: list[int] = []
         self.trials: list[Trial] = []
 
@@ -55,9 +63,13 @@ class SweepStopper:
                 self.finals[job.job_id] = predict_final(
                     self.predictor, job_id=job.job_id, points=self.series[job.job_id],
                     max_iterations=_budget(job), maximise=self.config.maximise)
+                if floors_by_training_loss(self.config):
+                    self.floors[job.job_id] = training_floor(
+                        points, objective_points(job, "loss"), maximise=self.config.maximise)
         trials = [Trial(job_id=i, iterations_done=j.done, max_iterations=_budget(j),
                         points=self.series[i], final=self.finals.get(i),
-                        stoppable=j.finish is None and not j.stopped)
+                        stoppable=j.finish is None and not j.stopped,
+                        floor=self.floors.get(i))
                   for i, j in self.jobs.items() if i in self.series]
         self.trials = trials
         stops = [s.job_id for s in decide(trials, self.config)

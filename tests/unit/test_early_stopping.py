@@ -11,9 +11,11 @@ from backend.scheduling.early_stopping import (
     RuleConfig,
     Trial,
     decide,
+    floors_by_training_loss,
     judge,
     predict_final,
     rungs,
+    training_floor,
 )
 from backend.scheduling.predictor import LossPredictor
 
@@ -241,3 +243,90 @@ def test_asha_says_where_a_kept_job_stands_and_when_it_is_judged_next() -> None:
     assert [s.job_id for s in verdict.stops] == [2]
     assert verdict.kept[1] == "the best so far; the rule never stops the best"
     assert verdict.kept[3] == "first judged at iteration 100"
+
+
+# A held-out loss judged by its training loss (training_floor), on literal curves.
+OVERFIT_VAL = [(50, 0.25), (100, 0.166), (150, 0.160), (200, 0.162)]
+"""A val_loss that has bottomed out: steps 0.084, 0.006, 0.002."""
+OVERFIT_TRAIN = [(160, 0.006), (170, 0.005), (180, 0.004), (190, 0.003), (200, 0.002)]
+"""Its training loss, nearly learnt: 0.004 over the last 50 iterations."""
+
+
+def test_the_training_floor_is_the_best_so_far_less_the_training_loss_and_the_noise() -> None:
+    # 0.160 - 0.004 - the median of the steps 0.084, 0.006, 0.002 (0.006).
+    floor = training_floor(OVERFIT_VAL, OVERFIT_TRAIN, maximise=False)
+    assert floor == pytest.approx(0.160 - 0.004 - 0.006)
+    # Only the last FLOOR_WINDOW (50) iterations of training loss count: an
+    # older, higher loss says nothing about what is left to learn.
+    assert training_floor(OVERFIT_VAL, [(100, 0.9), *OVERFIT_TRAIN],
+                          maximise=False) == pytest.approx(floor)
+
+
+def test_a_job_still_learning_its_training_set_has_no_useful_floor() -> None:
+    # val 1.97 -> 1.44 while the training loss is still 1.5: it may fall to 0.
+    floor = training_floor([(50, 1.969), (100, 1.437)], [(90, 1.52), (100, 1.50)],
+                           maximise=False)
+    assert floor is not None and floor < 0
+
+
+@pytest.mark.parametrize(("points", "training", "maximise"), [
+    ([(50, 0.2)], OVERFIT_TRAIN, False),  # one value: no noise to measure
+    (OVERFIT_VAL, [], False),  # no training loss
+    (OVERFIT_VAL, [(190, -1.0), (200, -1.2)], False),  # not a loss
+    ([(50, 0.9), (100, 0.95)], OVERFIT_TRAIN, True),  # an accuracy
+])
+def test_the_training_floor_says_nothing_without_its_premises(points: list[tuple[int, float]],
+                                                               training: list[tuple[int, float]],
+                                                               maximise: bool) -> None:
+    assert training_floor(points, training, maximise=maximise) is None
+
+
+def test_the_floor_applies_to_a_held_out_loss_under_the_predictive_rule_only() -> None:
+    assert floors_by_training_loss(PREDICTIVE)
+    assert not floors_by_training_loss(RuleConfig(rule="predictive", metric="loss"))
+    assert not floors_by_training_loss(RuleConfig(rule="predictive", metric="val_accuracy",
+                                                  maximise=True))
+    assert not floors_by_training_loss(RuleConfig(rule="asha", metric="val_loss"))
+
+
+def _floored(job_id: int, points: list[tuple[int, float]], floor: float | None,
+             final: tuple[float, float, float] = (0.17, -5.0, 0.17)) -> Trial:
+    # A fit from a few values promises anything (its optimistic -5.0).
+    return Trial(job_id=job_id, iterations_done=points[-1][0], max_iterations=3000,
+                 points=tuple(points), final=final, floor=floor)
+
+
+def test_a_learnt_configuration_behind_the_top_k_is_stopped_by_its_floor() -> None:
+    leaders = [_floored(1, [(50, 0.2), (100, 0.13), (150, 0.125), (200, 0.124)], None,
+                        (0.12, 0.1, 0.124)),
+               _floored(2, [(50, 0.3), (100, 0.15), (150, 0.135), (200, 0.13)], None,
+                        (0.128, 0.1, 0.13))]
+    floor = training_floor(OVERFIT_VAL, OVERFIT_TRAIN, maximise=False)
+    learnt = _floored(3, OVERFIT_VAL, floor)
+    # Without the floor its fit's optimistic -5.0 keeps it; with it, 0.15 > 0.13.
+    assert decide([*leaders, _floored(3, OVERFIT_VAL, None)], PREDICTIVE) == []
+    stops = decide([*leaders, learnt], PREDICTIVE)
+    assert [s.job_id for s in stops] == [3]
+    assert stops[0].reason == ("stopped early: its val_loss can fall at most to 0.15 (its best "
+                               "so far less its training loss) cannot reach the top 2 (best "
+                               "0.124; the top 2 end at 0.13 or better)")
+    # A slow starter behind the same leaders, still learning, runs on.
+    slow = _floored(4, [(50, 1.969), (100, 1.437)],
+                    training_floor([(50, 1.969), (100, 1.437)], [(90, 1.52), (100, 1.5)],
+                                   maximise=False))
+    verdict = judge([*leaders, slow], PREDICTIVE)
+    assert verdict.stops == []
+    assert verdict.kept[4].startswith("predicted final val_loss 0.17 (at best ")
+    # The best is never stopped, floor or not.
+    best = _floored(5, [(50, 0.2), (100, 0.12)], 0.5)
+    assert decide([*leaders, best], PREDICTIVE) == []
+
+
+def test_a_kept_job_says_its_bound_comes_from_its_training_loss() -> None:
+    leaders = [_floored(1, [(50, 0.3), (100, 0.14)], None, (0.13, 0.1, 0.14)),
+               _floored(2, [(50, 0.4), (100, 0.2)], None, (0.19, 0.1, 0.2))]
+    floor = training_floor(OVERFIT_VAL, OVERFIT_TRAIN, maximise=False)
+    verdict = judge([*leaders, _floored(3, OVERFIT_VAL, floor)], PREDICTIVE)
+    assert verdict.stops == []
+    assert verdict.kept[3] == ("predicted final val_loss 0.17 (at best 0.15 by its training "
+                               "loss), needs ≤ 0.2 to reach the top 2")

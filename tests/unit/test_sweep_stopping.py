@@ -117,3 +117,20 @@ def test_the_rule_judges_the_recorded_val_loss() -> None:
     assert objective_points(result.jobs[2], "val_loss")[-1][0] <= result.jobs[2].done
     with pytest.raises(ValueError, match="no val_accuracy"):
         objective_points(result.jobs[0], "val_accuracy")
+
+
+def test_a_held_out_loss_is_floored_by_the_training_loss_as_live() -> None:
+    arrivals = [Arrival(index=i, time=0.0, curve_id=c.id) for i, c in enumerate(VAL_SWEEP.curves)]
+    stopper = SweepStopper(RuleConfig(rule="predictive", top_k=1, min_iterations=50,
+                                      metric="val_loss"), range(3))
+    result = simulate(build_policy("fair", VAL_SWEEP, arrivals), VAL_SWEEP, arrivals,
+                      SimConfig(slots=3, chunk_seconds=0.2), stopper=stopper)
+    # Every judged job got a floor from its training loss (what the live
+    # stopper reads from its loss records), below every val_loss it showed.
+    assert stopper.floors and all(f is not None for f in stopper.floors.values())
+    for trial in stopper.trials:
+        if trial.floor is not None:
+            assert trial.floor < min(v for _, v in trial.points)
+    # "mid" (val_loss about 1.0, training loss near 0.05) cannot reach 0.2.
+    stopped = [j.curve.id for j in result.jobs if j.stopped]
+    assert "mid" in stopped and "early" not in stopped
