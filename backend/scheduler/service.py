@@ -49,7 +49,7 @@ from backend.scheduling.explain import MetricNamedPolicy, explain_waiting, wait_
 from backend.scheduling.placement import pool_waits
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, make_policy
-from backend.scheduling.residency import SlotView
+from backend.scheduling.residency import IDLE_CHUNK_FACTOR, SlotView
 from backend.scheduling.round import (
     BACKLOG_PREFIX,
     HELD_BACK_EXPLAINED,
@@ -305,8 +305,10 @@ class Scheduler:
                             pools=self.pools.views(session, adverts,
                                                    self._in_flight_by_pool(live)),
                             resident=self._resident_on_free_slots())
+        # Its snapshot holds the backlog's jobs only, not every waiting job:
+        # it cannot tell that slots stay idle, so no chunk is lengthened.
         dispatched, _ = self._grant(session, snapshot, self.policy(*choice), choice.name,
-                                    from_backlog(snapshot, self._backlog))
+                                    from_backlog(snapshot, self._backlog), idle_factor=1.0)
         return dispatched
 
     def _admitted(self, slots: int, live: set[int], tenants: dict[int, TenantView],
@@ -327,14 +329,15 @@ class Scheduler:
         return known, held
 
     def _grant(self, session: Session, snapshot: Snapshot, policy: Policy, name: str,
-               ranking: list[Grant] | None = None) -> tuple[list[Grant], list[Rejected]]:
+               ranking: list[Grant] | None = None, idle_factor: float = IDLE_CHUNK_FACTOR
+               ) -> tuple[list[Grant], list[Rejected]]:
         """Decide (:func:`backend.scheduling.round.decide`: rank unless
         ``ranking`` is given, check against the hard limits, place on pools and
         slots) and dispatch; a grant no pool can take now keeps waiting."""
         decided = decide(
             policy, snapshot, ranking=ranking, standings=self.stopper.standings,
             free=self._free, resident=self._resident, reserved=self._owed.keys(),
-            default_pool=DEFAULT_POOL,
+            default_pool=DEFAULT_POOL, idle_factor=idle_factor,
             # Cut at the experiment's next rung (recording what it owes).
             cut=lambda grant, job: cut_at_rung(
                 grant, job, self.stopper.rule_for(session, job.experiment_id), self._owed,
