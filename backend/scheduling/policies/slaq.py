@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from itertools import chain, compress
-from operator import attrgetter, not_
-from typing import NamedTuple, cast
+from dataclasses import dataclass, field, fields
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_not, not_
 
 import numpy as np
 
@@ -27,17 +26,25 @@ def planned_iterations(snapshot: Snapshot, job: JobView, fit: CurveFit | None) -
     return max(1, min(wanted, job.max_iterations - job.iterations_done))
 
 
-class _Scored(NamedTuple):
-    """A job's memoised model score: valid while its fit, newest iteration and
+@dataclass(slots=True)
+class _Scored:
+    """A job's memoised score: valid while its fit, newest iteration and
     remaining iterations are the ones it was computed for (the memo is
     emptied when the chunk length changes).
 
     ``view`` is the job view it was computed from (``None`` while the job
     waits for its first fit): the live scheduler and the simulator hand over
     the same view object until the job changes, so for most of 10,000 jobs
-    one identity check says the score still holds. A score made from a fit
-    the refit budget kept is redone when the predictor refits the job
-    (``LossPredictor.refreshed``)."""
+    one lookup by the view's identity finds the score still holding. A score
+    made from a fit the refit budget kept is redone when the predictor
+    refits the job (``LossPredictor.refreshed``).
+
+    ``plain`` and ``moving`` are the whole score, fixed while the view is
+    (the LAS part reads its attained service): ``plain`` the index blended
+    with LAS per slot-second, ``moving`` that times the job's switch
+    discount as if it moved (a job whose trainer is loaded on a free slot
+    does not). A refitted job's entry is updated in place (``take``), so the
+    lists that hold it this decision see the new score."""
 
     view: JobView | None
     fit: CurveFit
@@ -47,10 +54,21 @@ class _Scored(NamedTuple):
     rate: float
     weight: float
     point: float
+    plain: float = math.nan
+    moving: float = math.nan
+
+    def take(self, other: _Scored) -> None:
+        for name in _SCORED_FIELDS:
+            setattr(self, name, getattr(other, name))
+
+
+_SCORED_FIELDS = tuple(f.name for f in fields(_Scored))
 
 
 _RATE = attrgetter("rate")
 _WEIGHT = attrgetter("weight")
+_MOVING = attrgetter("moving")
+_ID = attrgetter("job_id")
 _ATTAINED = attrgetter("attained_seconds")
 
 
@@ -193,6 +211,9 @@ class SlaqPolicy:
     error_floor: float = 0.03
     predictor: LossPredictor = field(default_factory=LossPredictor)
     _memo: dict[int, _Scored] = field(default_factory=dict)
+    _by_view: dict[int, _Scored] = field(default_factory=dict)
+    """The entries of ``_memo`` that hold a view, by ``id(view)``: the entry
+    keeps its view alive, so no other object can have that id meanwhile."""
     _memo_chunk: float | None = None
 
     def allocate(self, snapshot: Snapshot) -> list[Grant]:
@@ -202,22 +223,13 @@ class SlaqPolicy:
         if not overdue and not behind and not rest:
             return []
         self._forget_finished(snapshot)
-        known, scored, new = self._scored(snapshot, rest)
+        known, scores, new = self._scored(snapshot, rest)
         warm = self._warmup(snapshot, new)
         warm_ids = {job.job_id for job, _, _ in warm}
         unseen = [job for job in new if job.job_id not in warm_ids]
         ranked = known + unseen
-        # One array pass over thousands of jobs; only the model part is memoised
-        # (the LAS part changes with every job's service).
-        rate = np.fromiter(map(_RATE, scored), float, len(scored))
-        blend = np.fromiter(map(_WEIGHT, scored), float, len(scored))
-        attained = np.fromiter(map(_ATTAINED, known), float, len(known))
-        las = self.new_job_gain / (attained + snapshot.chunk_seconds)
         scores = np.concatenate((
-            (1 - blend) * rate + blend * las,
-            np.full(len(unseen), self.new_job_gain / snapshot.chunk_seconds)))
-        # Per slot-second, the seconds a move would waste included.
-        scores[:len(known)] *= switch_discounts(snapshot, known)
+            scores, np.full(len(unseen), self.new_job_gain / snapshot.chunk_seconds)))
         if any(t.share_weight != 1.0 for t in snapshot.tenants.values()):
             weights = {t: snapshot.tenant(t).share_weight for t in {j.tenant_id for j in ranked}}
             scores *= np.fromiter((weights[job.tenant_id] for job in ranked), float, len(ranked))
@@ -225,45 +237,51 @@ class SlaqPolicy:
         return fill_slots(snapshot, chain(overdue, behind, warm, self._explained(ordered)))
 
     def _scored(self, snapshot: Snapshot, jobs: list[JobView]
-                ) -> tuple[list[JobView], list[_Scored], list[JobView]]:
-        """Jobs with a usable fit and their memoised scores (lookahead index and
-        LAS weight), and the new jobs (no curve to extrapolate yet). Only jobs
-        whose history or remaining iterations changed are looked at again."""
+                ) -> tuple[list[JobView], np.ndarray, list[JobView]]:
+        """Jobs with a usable fit and their scores (lookahead index blended
+        with LAS, per slot-second, the seconds a move would waste included),
+        and the new jobs (no curve to extrapolate yet). Only jobs whose view
+        changed are looked at again."""
         chunk = snapshot.chunk_seconds
         if chunk != self._memo_chunk:
             # Every score is per chunk length: a new length rescores every job.
             self._memo.clear()
+            self._by_view.clear()
             self._memo_chunk = chunk
         memo = self._memo
-        entries = list(map(memo.get, [job.job_id for job in jobs]))
         # Most of 10,000 jobs are the very view their score was made from:
-        # one identity test each, and the rest of the sorting in C.
-        hit = [entry is not None and entry.view is job
-               for entry, job in zip(entries, jobs, strict=True)]
+        # one lookup by identity each, and the rest of the sorting in C.
+        entries = list(map(self._by_view.get, map(id, jobs)))
+        hit = list(map(is_not, entries, repeat(None)))
         known = list(compress(jobs, hit))
-        scored = cast(list[_Scored], list(compress(entries, hit)))  # hits are not None
-        miss = list(map(not_, hit))
+        scored: list[_Scored] = list(compress(entries, hit))  # type: ignore[arg-type]
         new: list[JobView] = []
         changed: list[JobView] = []
-        for job, entry in zip(compress(jobs, miss), compress(entries, miss), strict=True):
+        rescore: list[tuple[JobView, CurveFit]] = []
+        for job in compress(jobs, map(not_, hit)):
             history = job.history
+            entry = memo.get(job.job_id)
             if not history.size:
                 new.append(job)
             elif entry is not None and entry.remaining == job.max_iterations - job.iterations_done \
                     and entry.fit.key == (history.newest_iteration, history.size):
-                memo[job.job_id] = entry = entry._replace(view=job)
-                known.append(job)
-                scored.append(entry)
+                rescore.append((job, entry.fit))  # the same fit, a new view
             else:
                 changed.append(job)
         fits = self.predictor.fit_many(changed)
-        rescore: list[tuple[JobView, CurveFit]] = []
         refreshed = self.predictor.refreshed
         if refreshed:
             # Refitted now though unchanged since their score was made.
-            keep = [job.job_id not in refreshed for job in known]
-            rescore = [(job, refreshed[job.job_id]) for job in compress(known, map(not_, keep))]
-            known, scored = list(compress(known, keep)), list(compress(scored, keep))
+            rescore = [(job, refreshed.get(job.job_id, fit)) for job, fit in rescore]
+            # A score this decision already holds is updated where it is.
+            held = {id(e.view): (e.view, e) for e in map(memo.get, refreshed)
+                    if e is not None and e.view is not None}
+            if held:
+                redo = [held[i] for i in set(held).intersection(map(id, known))]
+                again = self._entries(snapshot, [(job, refreshed[job.job_id]) for job, _ in redo])
+                for (_, entry), fresh in zip(redo, again, strict=True):
+                    entry.take(fresh)
+        waiting: list[tuple[JobView, _Scored]] = []  # not fitted yet: scored anew each call
         for job, fit in zip(changed, fits, strict=True):
             if not fit.known:
                 new.append(job)
@@ -277,18 +295,53 @@ class SlaqPolicy:
                     continue
                 # Nothing known of its curve yet: least attained service, fully
                 # (no view, so it is handed to the predictor again).
-                entry = memo[job.job_id] = _Scored(
-                    None, fit, remaining, job.history.newest_iteration,
-                    planned_iterations(snapshot, job, fit), 0.0, 1.0, 0.0)
+                entry = _Scored(None, fit, remaining, job.history.newest_iteration,
+                                planned_iterations(snapshot, job, fit), 0.0, 1.0, 0.0)
+                self._remember(job.job_id, entry)
             elif not fit.pending:
-                memo[job.job_id] = entry = entry._replace(view=job)
-            known.append(job)
-            scored.append(entry)
+                rescore.append((job, fit))
+                continue
+            waiting.append((job, entry))
         for (job, _), entry in zip(rescore, self._entries(snapshot, rescore), strict=True):
-            memo[job.job_id] = entry
+            self._remember(job.job_id, entry)
             known.append(job)
             scored.append(entry)
-        return known, scored, new
+        if waiting:
+            jobs = [job for job, _ in waiting]
+            rows = [entry for _, entry in waiting]
+            plain, moving = self._whole(snapshot, jobs, np.fromiter(map(_RATE, rows), float),
+                                        np.fromiter(map(_WEIGHT, rows), float))
+            for entry, p, m in zip(rows, plain.tolist(), moving.tolist(), strict=True):
+                entry.plain, entry.moving = p, m
+            known += jobs
+            scored += rows
+        scores = np.fromiter(map(_MOVING, scored), float, len(scored))
+        if snapshot.resident:
+            # Loaded on a free slot: no move, so no discount for one.
+            at = np.flatnonzero(np.fromiter(map(snapshot.resident.__contains__, map(_ID, known)),
+                                            bool, len(known)))
+            if len(at):
+                plain = np.fromiter((scored[i].plain for i in at), float, len(at))
+                scores[at] = plain * switch_discounts(snapshot, [known[i] for i in at])
+        return known, scores, new
+
+    def _whole(self, snapshot: Snapshot, jobs: Sequence[JobView], rate: np.ndarray,
+               blend: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The jobs' whole scores: the index ``rate`` blended with LAS
+        (``plain``), and that with the seconds a move would waste included
+        (``moving``)."""
+        attained = np.fromiter(map(_ATTAINED, jobs), float, len(jobs))
+        las = self.new_job_gain / (attained + snapshot.chunk_seconds)
+        plain = (1 - blend) * rate + blend * las
+        return plain, plain * switch_discounts(snapshot, jobs, frozenset())
+
+    def _remember(self, job_id: int, entry: _Scored) -> None:
+        old = self._memo.get(job_id)
+        if old is not None and old.view is not None:
+            del self._by_view[id(old.view)]
+        self._memo[job_id] = entry
+        if entry.view is not None:
+            self._by_view[id(entry.view)] = entry
 
     def _score(self, snapshot: Snapshot, job: JobView, fit: CurveFit) -> float:
         """One job's index blended with LAS, per slot-second (before its tenant's weight)."""
@@ -336,12 +389,12 @@ class SlaqPolicy:
         weight[shown < self.min_progress * np.abs(initial)] = 1.0
         index[rising] = 0.0
         weight[rising] = 0.0
-        out = []
-        for (job, fit), k, rate, w, gain in zip(items, n.tolist(), index.tolist(),
-                                               weight.tolist(), point.tolist(), strict=True):
-            out.append(_Scored(job, fit, job.max_iterations - job.iterations_done,
-                               job.history.newest_iteration, k, rate, w, gain))
-        return out
+        plain, moving = self._whole(snapshot, [job for job, _ in items], index, weight)
+        return [_Scored(job, fit, job.max_iterations - job.iterations_done,
+                        job.history.newest_iteration, *figures)
+                for (job, fit), *figures in zip(items, n.tolist(), index.tolist(), weight.tolist(),
+                                                point.tolist(), plain.tolist(), moving.tolist(),
+                                                strict=True)]
 
     def _warmup(self, snapshot: Snapshot, new: list[JobView]) -> list[Ranked]:
         """New jobs served first, oldest first, while the new jobs running
@@ -385,3 +438,4 @@ class SlaqPolicy:
             self.predictor.forget_except(present)
             keep = set(present)
             self._memo = {k: v for k, v in self._memo.items() if k in keep}
+            self._by_view = {id(v.view): v for v in self._memo.values() if v.view is not None}
