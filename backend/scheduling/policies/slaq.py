@@ -70,6 +70,7 @@ _WEIGHT = attrgetter("weight")
 _MOVING = attrgetter("moving")
 _ID = attrgetter("job_id")
 _ATTAINED = attrgetter("attained_seconds")
+_AMOUNTS = attrgetter("drift", "initial_loss", "lowest_loss", "floor", "anchor", "noise")
 
 
 def total_drops(initial: np.ndarray, shown: np.ndarray, floor: np.ndarray, cap: float
@@ -361,19 +362,21 @@ class SlaqPolicy:
         a job that just ran is not ranked on the drop it has already made."""
         if not items:
             return []
-        chunk = snapshot.chunk_seconds
+        chunk, default = snapshot.chunk_seconds, snapshot.default_chunk_iterations
         fits = [fit for _, fit in items]
-        # One pass over hundreds of jobs: their counts and their amounts.
+        # One pass over hundreds of jobs for their counts (planned_iterations,
+        # inline); the fits' amounts are gathered in C.
         counts: list[tuple[int, int, int]] = []
-        amounts: list[tuple[float, ...]] = []
+        timing: list[float] = []
         for job, fit in items:
-            k = planned_iterations(snapshot, job, fit)
-            counts.append((k, max(job.history.newest_iteration - fit.k_last, 0),
-                           max(job.remaining_iterations, 1)))
-            amounts.append((fit.drift, fit.seconds_per_iteration or chunk / k, fit.initial_loss,
-                            fit.lowest_loss, fit.floor, fit.anchor, fit.noise))
+            own = fit.seconds_per_iteration
+            left = job.max_iterations - job.iterations_done
+            k = max(1, min(default if own is None else int(chunk / own), left))
+            counts.append((k, max(job.history.newest_iteration - fit.k_last, 0), max(left, 1)))
+            timing.append(own or chunk / k)
         n, after, remaining = np.array(counts, dtype=np.int64).T
-        drift, spi, initial, lowest, floor, anchor, noise = np.array(amounts).T
+        spi = np.array(timing)
+        drift, initial, lowest, floor, anchor, noise = np.array(list(map(_AMOUNTS, fits))).T
         shown = initial - lowest
         scale = total_drops(initial, shown, floor, self.total_drop_cap)
         drop = drop_model(fits, after)
