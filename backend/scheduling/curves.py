@@ -29,6 +29,7 @@ for ever and starve its job.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -73,6 +74,10 @@ _SYMMETRIC = np.array([[0, 1, 2], [1, 3, 4], [2, 4, 5]])
 
 _FINE_STEPS = np.linspace(-1.0, 1.0, _FINE)
 """Exponents of the finer scans' steps around the previous optimum."""
+
+_SCRATCH = threading.local()
+"""Each thread's work memory for the scans' (J, G, W) arrays, kept between
+fits (see :func:`_scratch`)."""
 
 
 @dataclass(frozen=True)
@@ -164,13 +169,30 @@ def _window(x: FloatArray, y: FloatArray, w: FloatArray) -> _Window:
         powers=np.concatenate([np.ones_like(xx), xx, xx * xx, xx * xx * xx, (xx * xx) ** 2], -1))
 
 
+def _scratch(count: int, shape: tuple[int, int, int]) -> list[FloatArray]:
+    """``count`` arrays of ``shape`` in this thread's work memory, which the
+    next call overwrites.
+
+    A refit's scans need a few (J, G, W) arrays (a third of a megabyte each
+    at 64 jobs): allocated afresh, the allocator handed them back to the
+    system between scans and every scan page-faulted its way through them
+    again, a third of the scans' time."""
+    size = shape[0] * shape[1] * shape[2]
+    memory = getattr(_SCRATCH, "memory", None)
+    if memory is None or memory.size < count * size:
+        memory = _SCRATCH.memory = np.empty(count * size)
+    return [memory[i * size:(i + 1) * size].reshape(shape) for i in range(count)]
+
+
 def _fit_exp(window: _Window, grid: FloatArray) -> tuple[FloatArray, FloatArray]:
-    basis = np.multiply(-grid[:, :, None], window.x[:, None, :])
+    basis = _scratch(1, grid.shape + window.x.shape[1:])[0]
+    np.multiply(-grid[:, :, None], window.x[:, None, :], out=basis)
     return _fit_two(window, np.exp(basis, out=basis), grid)
 
 
 def _fit_inv_lin(window: _Window, grid: FloatArray) -> tuple[FloatArray, FloatArray]:
-    basis = np.add(window.x[:, None, :], grid[:, :, None])
+    basis = _scratch(1, grid.shape + window.x.shape[1:])[0]
+    np.add(window.x[:, None, :], grid[:, :, None], out=basis)
     return _fit_two(window, np.divide(1.0, basis, out=basis), grid)
 
 
@@ -208,14 +230,13 @@ def _fit_inv_quad(window: _Window, grid: FloatArray) -> tuple[FloatArray, FloatA
     quadratic with weights ``w (y - d)^4`` (a residual ``e`` in ``1/(y-d)`` is a
     loss residual of about ``e (y - d)^2``), then scored in loss units.
 
-    Two (J, G, W) arrays, each overwritten as the last one is done with:
-    a fresh array per step made a refit's scans page-fault their way
-    through a megabyte of memory the allocator had handed back (a third of
-    their time at 64 jobs)."""
+    Two (J, G, W) arrays of work memory (:func:`_scratch`), each
+    overwritten as the step before is done with it."""
     x, y, w, powers = window.x, window.y, window.w, window.powers
     floors = np.minimum(grid, -1e-6)  # strictly below the lowest loss
-    v = np.subtract(y[:, None, :], floors[:, :, None])  # (J, G, W), > 0: the lift
-    z = np.divide(1.0, v)
+    v, z = _scratch(2, grid.shape + x.shape[1:])
+    np.subtract(y[:, None, :], floors[:, :, None], out=v)  # (J, G, W), > 0: the lift
+    np.divide(1.0, v, out=z)
     np.multiply(v, v, out=v)
     np.multiply(v, v, out=v)
     np.multiply(v, w[:, None, :], out=v)  # w lift^4
