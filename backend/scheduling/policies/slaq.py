@@ -374,9 +374,12 @@ class SlaqPolicy:
             k = max(1, min(default if own is None else int(chunk / own), left))
             counts.append((k, max(job.history.newest_iteration - fit.k_last, 0), max(left, 1)))
             timing.append(own or chunk / k)
-        n, after, remaining = np.array(counts, dtype=np.int64).T
+        count = len(items)
+        n, after, remaining = np.fromiter(chain.from_iterable(counts), np.int64,
+                                          3 * count).reshape(count, 3).T
         spi = np.array(timing)
-        drift, initial, lowest, floor, anchor, noise = np.array(list(map(_AMOUNTS, fits))).T
+        drift, initial, lowest, floor, anchor, noise = np.fromiter(
+            chain.from_iterable(map(_AMOUNTS, fits)), float, 6 * count).reshape(count, 6).T
         shown = initial - lowest
         scale = total_drops(initial, shown, floor, self.total_drop_cap)
         drop = drop_model(fits, after)
