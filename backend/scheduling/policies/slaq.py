@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
-from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, not_
+from itertools import chain, compress
+from operator import attrgetter, not_
 
 import numpy as np
 
@@ -252,14 +252,14 @@ class SlaqPolicy:
         memo = self._memo
         # Most of 10,000 jobs are the very view their score was made from:
         # one lookup by identity each, and the rest of the sorting in C.
+        # (An entry is true, ``None`` false: the entries select the hits.)
         entries = list(map(self._by_view.get, map(id, jobs)))
-        hit = list(map(is_not, entries, repeat(None)))
-        known = list(compress(jobs, hit))
-        scored: list[_Scored] = list(compress(entries, hit))  # type: ignore[arg-type]
+        known = list(compress(jobs, entries))
+        scored: list[_Scored] = list(filter(None, entries))
         new: list[JobView] = []
         changed: list[JobView] = []
         rescore: list[tuple[JobView, CurveFit]] = []
-        for job in compress(jobs, map(not_, hit)):
+        for job in compress(jobs, map(not_, entries)):
             history = job.history
             entry = memo.get(job.job_id)
             if not history.size:
