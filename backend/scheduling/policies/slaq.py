@@ -71,6 +71,11 @@ _MOVING = attrgetter("moving")
 _ID = attrgetter("job_id")
 _ATTAINED = attrgetter("attained_seconds")
 _AMOUNTS = attrgetter("drift", "initial_loss", "lowest_loss", "floor", "anchor", "noise")
+_DONE = attrgetter("iterations_done")
+_MOST = attrgetter("max_iterations")
+_NEWEST = attrgetter("history.newest_iteration")
+_K_LAST = attrgetter("k_last")
+_SPI = attrgetter("seconds_per_iteration")
 
 
 def total_drops(initial: np.ndarray, shown: np.ndarray, floor: np.ndarray, cap: float
@@ -362,22 +367,23 @@ class SlaqPolicy:
         a job that just ran is not ranked on the drop it has already made."""
         if not items:
             return []
-        chunk, default = snapshot.chunk_seconds, snapshot.default_chunk_iterations
+        chunk = snapshot.chunk_seconds
+        jobs = [job for job, _ in items]
         fits = [fit for _, fit in items]
-        # One pass over hundreds of jobs for their counts (planned_iterations,
-        # inline); the fits' amounts are gathered in C.
-        counts: list[tuple[int, int, int]] = []
-        timing: list[float] = []
-        for job, fit in items:
-            own = fit.seconds_per_iteration
-            left = job.max_iterations - job.iterations_done
-            k = max(1, min(default if own is None else int(chunk / own), left))
-            counts.append((k, max(job.history.newest_iteration - fit.k_last, 0), max(left, 1)))
-            timing.append(own or chunk / k)
+        # Hundreds of jobs: their counts and amounts gathered in C, and
+        # planned_iterations as array operations.
         count = len(items)
-        n, after, remaining = np.fromiter(chain.from_iterable(counts), np.int64,
-                                          3 * count).reshape(count, 3).T
-        spi = np.array(timing)
+        done, most, newest, k_last = np.fromiter(
+            chain(map(_DONE, jobs), map(_MOST, jobs), map(_NEWEST, jobs), map(_K_LAST, fits)),
+            np.int64, 4 * count).reshape(4, count)
+        own = np.array(list(map(_SPI, fits)), dtype=float)  # None: NaN
+        timed = ~np.isnan(own)
+        left = most - done
+        wanted = np.full(count, snapshot.default_chunk_iterations)
+        wanted[timed] = (chunk / own[timed]).astype(np.int64)  # int(): towards zero
+        n = np.maximum(1, np.minimum(wanted, left))
+        after, remaining = np.maximum(newest - k_last, 0), np.maximum(left, 1)
+        spi = np.where(timed & (own != 0), own, chunk / n)
         drift, initial, lowest, floor, anchor, noise = np.fromiter(
             chain.from_iterable(map(_AMOUNTS, fits)), float, 6 * count).reshape(count, 6).T
         shown = initial - lowest
@@ -395,12 +401,10 @@ class SlaqPolicy:
         weight[shown < self.min_progress * np.abs(initial)] = 1.0
         index[rising] = 0.0
         weight[rising] = 0.0
-        plain, moving = self._whole(snapshot, [job for job, _ in items], index, weight)
-        return [_Scored(job, fit, job.max_iterations - job.iterations_done,
-                        job.history.newest_iteration, *figures)
-                for (job, fit), *figures in zip(items, n.tolist(), index.tolist(), weight.tolist(),
-                                                point.tolist(), plain.tolist(), moving.tolist(),
-                                                strict=True)]
+        plain, moving = self._whole(snapshot, jobs, index, weight)
+        return list(map(_Scored, jobs, fits, left.tolist(), newest.tolist(), n.tolist(),
+                        index.tolist(), weight.tolist(), point.tolist(), plain.tolist(),
+                        moving.tolist()))
 
     def _warmup(self, snapshot: Snapshot, new: list[JobView]) -> list[Ranked]:
         """New jobs served first, oldest first, while the new jobs running
