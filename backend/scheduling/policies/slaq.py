@@ -70,6 +70,8 @@ _WEIGHT = attrgetter("weight")
 _MOVING = attrgetter("moving")
 _ID = attrgetter("job_id")
 _ATTAINED = attrgetter("attained_seconds")
+_SINCE = attrgetter("waiting_since")
+_VIEW = attrgetter("view")
 _AMOUNTS = attrgetter("drift", "initial_loss", "lowest_loss", "floor", "anchor", "noise")
 _DONE = attrgetter("iterations_done")
 _MOST = attrgetter("max_iterations")
@@ -103,10 +105,12 @@ def best_first(jobs: list[JobView], scores: np.ndarray, wanted: int
     reads past them (tenant quotas skipped the top ones).
     """
     def ordered(rows: np.ndarray) -> Iterator[tuple[JobView, float]]:
-        since = np.fromiter((jobs[i].waiting_since for i in rows), float, len(rows))
-        ids = np.fromiter((jobs[i].job_id for i in rows), float, len(rows))
-        for i in rows[np.lexsort((ids, since, -scores[rows]))]:
-            yield jobs[i], float(scores[i])
+        picked = [jobs[i] for i in rows.tolist()]
+        since = np.fromiter(map(_SINCE, picked), float, len(rows))
+        ids = np.fromiter(map(_ID, picked), float, len(rows))
+        top = scores[rows]
+        for i in np.lexsort((ids, since, -top)).tolist():
+            yield picked[i], float(top[i])
 
     # A NaN would defeat the partition; it ranks last, as in a full sort.
     scores = np.where(np.isnan(scores), -np.inf, scores)
@@ -308,10 +312,10 @@ class SlaqPolicy:
                 rescore.append((job, fit))
                 continue
             waiting.append((job, entry))
-        for (job, _), entry in zip(rescore, self._entries(snapshot, rescore), strict=True):
-            self._remember(job.job_id, entry)
-            known.append(job)
-            scored.append(entry)
+        made = self._entries(snapshot, rescore)
+        self._remember_all([job.job_id for job, _ in rescore], made)
+        known += [job for job, _ in rescore]
+        scored += made
         if waiting:
             jobs = [job for job, _ in waiting]
             rows = [entry for _, entry in waiting]
@@ -340,6 +344,15 @@ class SlaqPolicy:
         las = self.new_job_gain / (attained + snapshot.chunk_seconds)
         plain = (1 - blend) * rate + blend * las
         return plain, plain * switch_discounts(snapshot, jobs, frozenset())
+
+    def _remember_all(self, job_ids: list[int], entries: list[_Scored]) -> None:
+        """:meth:`_remember` for many jobs (all with views), mostly in C."""
+        by_view = self._by_view
+        for old in map(self._memo.get, job_ids):
+            if old is not None and old.view is not None:
+                del by_view[id(old.view)]
+        self._memo.update(zip(job_ids, entries, strict=True))
+        by_view.update(zip(map(id, map(_VIEW, entries)), entries, strict=True))
 
     def _remember(self, job_id: int, entry: _Scored) -> None:
         old = self._memo.get(job_id)
@@ -428,7 +441,7 @@ class SlaqPolicy:
     def _explained(self, ordered: Iterator[tuple[JobView, float]]) -> Iterator[Ranked]:
         # Reasons are formatted lazily: only the jobs fill_slots looks at pay for it.
         for rank, (job, score) in enumerate(ordered, start=1):
-            entry = self._memo.get(job.job_id) if job.losses else None
+            entry = self._memo.get(job.job_id) if job.history.size else None
             if entry is None:
                 yield job, f"rank {rank}: new job, assumed gain {self.new_job_gain:g}", None
             elif entry.fit.pending:
