@@ -283,14 +283,14 @@ class SlaqPolicy:
         if refreshed:
             # Refitted now though unchanged since their score was made.
             rescore = [(job, refreshed.get(job.job_id, fit)) for job, fit in rescore]
-            # A score this decision already holds is updated where it is.
-            held = {id(e.view): (e.view, e) for e in map(memo.get, refreshed)
-                    if e is not None and e.view is not None}
-            if held:
-                redo = [held[i] for i in set(held).intersection(map(id, known))]
-                again = self._entries(snapshot, [(job, refreshed[job.job_id]) for job, _ in redo])
-                for (_, entry), fresh in zip(redo, again, strict=True):
-                    entry.take(fresh)
+            # A kept score is updated where it is, so the decision's lists see
+            # it, whether or not its view is in this decision (a guard may
+            # serve the job now, and the view come back unchanged later).
+            held = [(e.view, e) for e in map(memo.get, refreshed)
+                    if e is not None and e.view is not None]
+            again = self._entries(snapshot, [(view, refreshed[view.job_id]) for view, _ in held])
+            for (_, entry), fresh in zip(held, again, strict=True):
+                entry.take(fresh)
         waiting: list[tuple[JobView, _Scored]] = []  # not fitted yet: scored anew each call
         for job, fit in zip(changed, fits, strict=True):
             if not fit.known:
