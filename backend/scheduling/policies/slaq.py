@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from itertools import chain, compress
 from operator import attrgetter, not_
 
@@ -12,65 +12,21 @@ import numpy as np
 
 from backend.scheduling.allocation import fill_slots
 from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_waiting
+from backend.scheduling.policies.slaq_scores import (
+    Scored,
+    best_first,
+    planned_iterations,
+    total_drops,
+)
 from backend.scheduling.predictor import CurveFit, LossPredictor, drop_model, rising_level
 from backend.scheduling.residency import switch_discounts
 from backend.scheduling.types import Grant, JobView, Snapshot
-
-
-def planned_iterations(snapshot: Snapshot, job: JobView, fit: CurveFit | None) -> int:
-    """The chunk length :func:`~backend.scheduling.allocation.chunk_iterations`
-    will grant, computed from the memoised timing instead of re-summing the
-    job's recent points (which dominates the cost with thousands of jobs)."""
-    spi = fit.seconds_per_iteration if fit is not None else None
-    wanted = snapshot.default_chunk_iterations if spi is None else int(snapshot.chunk_seconds / spi)
-    return max(1, min(wanted, job.max_iterations - job.iterations_done))
-
-
-@dataclass(slots=True)
-class _Scored:
-    """A job's memoised score: valid while its fit, newest iteration and
-    remaining iterations are the ones it was computed for (the memo is
-    emptied when the chunk length changes).
-
-    ``view`` is the job view it was computed from (``None`` while the job
-    waits for its first fit): the live scheduler and the simulator hand over
-    the same view object until the job changes, so for most of 10,000 jobs
-    one lookup by the view's identity finds the score still holding. A score
-    made from a fit the refit budget kept is redone when the predictor
-    refits the job (``LossPredictor.refreshed``).
-
-    ``plain`` and ``moving`` are the whole score, fixed while the view is
-    (the LAS part reads its attained service): ``plain`` the index blended
-    with LAS per slot-second, ``moving`` that times the job's switch
-    discount as if it moved (a job whose trainer is loaded on a free slot
-    does not). A refitted job's entry is updated in place (``take``), so the
-    lists that hold it this decision see the new score."""
-
-    view: JobView | None
-    fit: CurveFit
-    remaining: int
-    newest: int
-    n: int
-    rate: float
-    weight: float
-    point: float
-    plain: float = math.nan
-    moving: float = math.nan
-
-    def take(self, other: _Scored) -> None:
-        for name in _SCORED_FIELDS:
-            setattr(self, name, getattr(other, name))
-
-
-_SCORED_FIELDS = tuple(f.name for f in fields(_Scored))
-
 
 _RATE = attrgetter("rate")
 _WEIGHT = attrgetter("weight")
 _MOVING = attrgetter("moving")
 _ID = attrgetter("job_id")
 _ATTAINED = attrgetter("attained_seconds")
-_SINCE = attrgetter("waiting_since")
 _VIEW = attrgetter("view")
 _AMOUNTS = attrgetter("drift", "initial_loss", "lowest_loss", "floor", "anchor", "noise")
 _DONE = attrgetter("iterations_done")
@@ -78,48 +34,6 @@ _MOST = attrgetter("max_iterations")
 _NEWEST = attrgetter("history.newest_iteration")
 _K_LAST = attrgetter("k_last")
 _SPI = attrgetter("seconds_per_iteration")
-
-
-def total_drops(initial: np.ndarray, shown: np.ndarray, floor: np.ndarray, cap: float
-                ) -> np.ndarray:
-    """Predicted total drops: initial loss to the fit's asymptote ``floor``, at
-    least the drop ``shown`` (and a sliver of the initial loss) and at most
-    ``cap`` times it; ``shown`` where the fit has no finite asymptote.
-
-    ``fmax``/``fmin`` skip a NaN argument as Python's ``max``/``min`` of two
-    floats do when it is not the first, so a job whose loss went NaN scores as
-    it always did."""
-    shown = np.maximum(np.maximum(shown, 1e-3 * np.abs(initial)), 1e-12)
-    with np.errstate(invalid="ignore"):
-        return np.where(np.isfinite(floor), np.fmin(np.fmax(initial - floor, shown), cap * shown),
-                        shown)
-
-
-def best_first(jobs: list[JobView], scores: np.ndarray, wanted: int
-               ) -> Iterator[tuple[JobView, float]]:
-    """``jobs`` by score, highest first, ties to the longest-waiting job, then
-    the lowest id; lazily.
-
-    Only the top ``wanted`` (and any tied with the last of them) are sorted
-    up front, found by a partial sort; the rest are sorted only if the caller
-    reads past them (tenant quotas skipped the top ones).
-    """
-    def ordered(rows: np.ndarray) -> Iterator[tuple[JobView, float]]:
-        picked = [jobs[i] for i in rows.tolist()]
-        since = np.fromiter(map(_SINCE, picked), float, len(rows))
-        ids = np.fromiter(map(_ID, picked), float, len(rows))
-        top = scores[rows]
-        for i in np.lexsort((ids, since, -top)).tolist():
-            yield picked[i], float(top[i])
-
-    # A NaN would defeat the partition; it ranks last, as in a full sort.
-    scores = np.where(np.isnan(scores), -np.inf, scores)
-    if len(jobs) <= 2 * wanted + 64:
-        yield from ordered(np.arange(len(jobs)))
-        return
-    cut = float(np.partition(scores, len(jobs) - wanted)[len(jobs) - wanted])
-    yield from ordered(np.flatnonzero(scores >= cut))
-    yield from ordered(np.flatnonzero(scores < cut))
 
 
 WARMUP_SHARE = 1.0
@@ -220,8 +134,8 @@ class SlaqPolicy:
     diverge_margin: float = 0.1
     error_floor: float = 0.03
     predictor: LossPredictor = field(default_factory=LossPredictor)
-    _memo: dict[int, _Scored] = field(default_factory=dict)
-    _by_view: dict[int, _Scored] = field(default_factory=dict)
+    _memo: dict[int, Scored] = field(default_factory=dict)
+    _by_view: dict[int, Scored] = field(default_factory=dict)
     """The entries of ``_memo`` that hold a view, by ``id(view)``: the entry
     keeps its view alive, so no other object can have that id meanwhile."""
     _memo_chunk: float | None = None
@@ -264,7 +178,7 @@ class SlaqPolicy:
         # (An entry is true, ``None`` false: the entries select the hits.)
         entries = list(map(self._by_view.get, map(id, jobs)))
         known = list(compress(jobs, entries))
-        scored: list[_Scored] = list(filter(None, entries))
+        scored: list[Scored] = list(filter(None, entries))
         new: list[JobView] = []
         changed: list[JobView] = []
         rescore: list[tuple[JobView, CurveFit]] = []
@@ -291,7 +205,7 @@ class SlaqPolicy:
             again = self._entries(snapshot, [(view, refreshed[view.job_id]) for view, _ in held])
             for (_, entry), fresh in zip(held, again, strict=True):
                 entry.take(fresh)
-        waiting: list[tuple[JobView, _Scored]] = []  # not fitted yet: scored anew each call
+        waiting: list[tuple[JobView, Scored]] = []  # not fitted yet: scored anew each call
         for job, fit in zip(changed, fits, strict=True):
             if not fit.known:
                 new.append(job)
@@ -305,7 +219,7 @@ class SlaqPolicy:
                     continue
                 # Nothing known of its curve yet: least attained service, fully
                 # (no view, so it is handed to the predictor again).
-                entry = _Scored(None, fit, remaining, job.history.newest_iteration,
+                entry = Scored(None, fit, remaining, job.history.newest_iteration,
                                 planned_iterations(snapshot, job, fit), 0.0, 1.0, 0.0)
                 self._remember(job.job_id, entry)
             elif not fit.pending:
@@ -345,7 +259,7 @@ class SlaqPolicy:
         plain = (1 - blend) * rate + blend * las
         return plain, plain * switch_discounts(snapshot, jobs, frozenset())
 
-    def _remember_all(self, job_ids: list[int], entries: list[_Scored]) -> None:
+    def _remember_all(self, job_ids: list[int], entries: list[Scored]) -> None:
         """:meth:`_remember` for many jobs (all with views), mostly in C."""
         by_view = self._by_view
         for old in map(self._memo.get, job_ids):
@@ -354,7 +268,7 @@ class SlaqPolicy:
         self._memo.update(zip(job_ids, entries, strict=True))
         by_view.update(zip(map(id, map(_VIEW, entries)), entries, strict=True))
 
-    def _remember(self, job_id: int, entry: _Scored) -> None:
+    def _remember(self, job_id: int, entry: Scored) -> None:
         old = self._memo.get(job_id)
         if old is not None and old.view is not None:
             del self._by_view[id(old.view)]
@@ -371,7 +285,7 @@ class SlaqPolicy:
         return (1 - entry.weight) * entry.rate + entry.weight * las
 
     def _entries(self, snapshot: Snapshot, items: Sequence[tuple[JobView, CurveFit]]
-                 ) -> list[_Scored]:
+                 ) -> list[Scored]:
         """Each job's lookahead index, weight of LAS and normalised drop of its
         next chunk, as one array pass over all of ``items``.
 
@@ -415,7 +329,7 @@ class SlaqPolicy:
         index[rising] = 0.0
         weight[rising] = 0.0
         plain, moving = self._whole(snapshot, jobs, index, weight)
-        return list(map(_Scored, jobs, fits, left.tolist(), newest.tolist(), n.tolist(),
+        return list(map(Scored, jobs, fits, left.tolist(), newest.tolist(), n.tolist(),
                         index.tolist(), weight.tolist(), point.tolist(), plain.tolist(),
                         moving.tolist()))
 
