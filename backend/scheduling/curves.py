@@ -29,7 +29,9 @@ for ever and starve its job.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -72,6 +74,10 @@ _SYMMETRIC = np.array([[0, 1, 2], [1, 3, 4], [2, 4, 5]])
 
 _FINE_STEPS = np.linspace(-1.0, 1.0, _FINE)
 """Exponents of the finer scans' steps around the previous optimum."""
+
+_SCRATCH = threading.local()
+"""Each thread's work memory for the scans' (J, G, W) arrays, kept between
+fits (see :func:`_scratch`)."""
 
 
 @dataclass(frozen=True)
@@ -119,16 +125,16 @@ def fit_all(x: FloatArray, y: FloatArray, w: FloatArray) -> list[BatchFit]:
     results: dict[str, list[tuple[FloatArray, FloatArray]]] = {f: [] for f in FAMILIES}
     for start in range(0, x.shape[0], _BLOCK):
         sl = slice(start, start + _BLOCK)
-        xs, ys, ws = x[sl], y[sl], w[sl]
+        window = _window(x[sl], y[sl], w[sl])
         for family, coarse, fit in (("inv_quad", _FLOORS, _fit_inv_quad),
                                     ("exp", _RATES, _fit_exp), ("inv_lin", _SHIFTS, _fit_inv_lin)):
-            grid = np.broadcast_to(coarse, (xs.shape[0], coarse.size))
-            found = fit(xs, ys, ws, grid)
+            grid = np.broadcast_to(coarse, (window.x.shape[0], coarse.size))
+            found = fit(window, grid)
             ratio = coarse[1] / coarse[0]
             for _ in range(_REFINE):
                 best = found[0][:, 3] if family == "inv_quad" else found[0][:, 2]
                 step = ratio ** _FINE_STEPS
-                found = fit(xs, ys, ws, best[:, None] * step[None, :])
+                found = fit(window, best[:, None] * step[None, :])
                 ratio = ratio ** (2.0 / (_FINE - 1))
             results[family].append(found)
     return [
@@ -138,32 +144,71 @@ def fit_all(x: FloatArray, y: FloatArray, w: FloatArray) -> list[BatchFit]:
     ]
 
 
-def _fit_exp(x: FloatArray, y: FloatArray, w: FloatArray,
-             grid: FloatArray) -> tuple[FloatArray, FloatArray]:
-    return _fit_two(x, y, w, np.exp(-grid[:, :, None] * x[:, None, :]), grid)
+class _Window(NamedTuple):
+    """A block of windows and what every scan of them reads: the same for
+    each of a family's three scans, and for both two-parameter families."""
+
+    x: FloatArray
+    y: FloatArray
+    w: FloatArray
+    s0: FloatArray
+    ty: FloatArray
+    syy: FloatArray
+    weights: FloatArray
+    """``w`` and ``w y`` stacked, ``(J, W, 2)``."""
+    powers: FloatArray
+    """``x^0..x^4``, ``(J, W, 5)``."""
 
 
-def _fit_inv_lin(x: FloatArray, y: FloatArray, w: FloatArray,
-                 grid: FloatArray) -> tuple[FloatArray, FloatArray]:
-    return _fit_two(x, y, w, 1.0 / (x[:, None, :] + grid[:, :, None]), grid)
+def _window(x: FloatArray, y: FloatArray, w: FloatArray) -> _Window:
+    wy = w * y
+    xx = x[:, :, None]
+    return _Window(
+        x, y, w, s0=w.sum(-1, keepdims=True), ty=wy.sum(-1, keepdims=True),
+        syy=(wy * y).sum(-1, keepdims=True), weights=np.stack([w, wy], -1),
+        powers=np.concatenate([np.ones_like(xx), xx, xx * xx, xx * xx * xx, (xx * xx) ** 2], -1))
 
 
-def _fit_two(
-    x: FloatArray, y: FloatArray, w: FloatArray, basis: FloatArray, grid: FloatArray
-) -> tuple[FloatArray, FloatArray]:
+def _scratch(count: int, shape: tuple[int, int, int]) -> list[FloatArray]:
+    """``count`` arrays of ``shape`` in this thread's work memory, which the
+    next call overwrites.
+
+    A refit's scans need a few (J, G, W) arrays (a third of a megabyte each
+    at 64 jobs): allocated afresh, the allocator handed them back to the
+    system between scans and every scan page-faulted its way through them
+    again, a third of the scans' time."""
+    size = shape[0] * shape[1] * shape[2]
+    memory = getattr(_SCRATCH, "memory", None)
+    if memory is None or memory.size < count * size:
+        memory = _SCRATCH.memory = np.empty(count * size)
+    return [memory[i * size:(i + 1) * size].reshape(shape) for i in range(count)]
+
+
+def _fit_exp(window: _Window, grid: FloatArray) -> tuple[FloatArray, FloatArray]:
+    basis = _scratch(1, grid.shape + window.x.shape[1:])[0]
+    np.multiply(-grid[:, :, None], window.x[:, None, :], out=basis)
+    return _fit_two(window, np.exp(basis, out=basis), grid)
+
+
+def _fit_inv_lin(window: _Window, grid: FloatArray) -> tuple[FloatArray, FloatArray]:
+    basis = _scratch(1, grid.shape + window.x.shape[1:])[0]
+    np.add(window.x[:, None, :], grid[:, :, None], out=basis)
+    return _fit_two(window, np.divide(1.0, basis, out=basis), grid)
+
+
+def _fit_two(window: _Window, basis: FloatArray, grid: FloatArray
+             ) -> tuple[FloatArray, FloatArray]:
     """``y = c + s * basis`` for every grid value; keep the best decreasing one.
 
     Closed-form 2x2 normal equations; the residual sum of squares at the
     solution is ``y'Wy - beta' X'Wy``, so no residual array is needed.
+    ``basis`` is overwritten.
     """
-    s0 = w.sum(-1, keepdims=True)
-    wy = w * y
-    ty = wy.sum(-1, keepdims=True)
-    syy = (wy * y).sum(-1, keepdims=True)
+    x, w, s0, ty, syy = window.x, window.w, window.s0, window.ty, window.syy
     # Sums over the window as batched products, one per (J, G, W) array.
-    sums = basis @ np.stack([w, wy], -1)  # (J, G, 2)
+    sums = basis @ window.weights  # (J, G, 2)
     s1, tby = sums[..., 0], sums[..., 1]
-    s2 = ((basis * basis) @ w[:, :, None])[..., 0]
+    s2 = (np.multiply(basis, basis, out=basis) @ w[:, :, None])[..., 0]
     with np.errstate(divide="ignore", invalid="ignore"):
         det = s2 * s0 - s1 * s1
         slope = (s0 * tby - s1 * ty) / det
@@ -180,33 +225,37 @@ def _fit_two(
     return params, sse[rows, best]
 
 
-def _fit_inv_quad(x: FloatArray, y: FloatArray, w: FloatArray,
-                  grid: FloatArray) -> tuple[FloatArray, FloatArray]:
+def _fit_inv_quad(window: _Window, grid: FloatArray) -> tuple[FloatArray, FloatArray]:
     """``y = d + 1/q(x)`` for every floor ``d``: ``1/(y - d)`` is fitted as a
     quadratic with weights ``w (y - d)^4`` (a residual ``e`` in ``1/(y-d)`` is a
-    loss residual of about ``e (y - d)^2``), then scored in loss units."""
+    loss residual of about ``e (y - d)^2``), then scored in loss units.
+
+    Two (J, G, W) arrays of work memory (:func:`_scratch`), each
+    overwritten as the step before is done with it."""
+    x, y, w, powers = window.x, window.y, window.w, window.powers
     floors = np.minimum(grid, -1e-6)  # strictly below the lowest loss
-    lift = y[:, None, :] - floors[:, :, None]  # (J, G, W), > 0
-    z = 1.0 / lift
-    square = lift * lift
-    v = w[:, None, :] * (square * square)
+    v, z = _scratch(2, grid.shape + x.shape[1:])
+    np.subtract(y[:, None, :], floors[:, :, None], out=v)  # (J, G, W), > 0: the lift
+    np.divide(1.0, v, out=z)
+    np.multiply(v, v, out=v)
+    np.multiply(v, v, out=v)
+    np.multiply(v, w[:, None, :], out=v)  # w lift^4
     # The weighted moments of x^0..x^4 for every grid value as one batched
     # product: elementwise powers of (J, G, W) arrays cost twice as much.
-    xx = x[:, :, None]
-    powers = np.concatenate([np.ones_like(xx), xx, xx * xx, xx * xx * xx, (xx * xx) ** 2], -1)
     m = v @ powers  # (J, G, 5)
     mat = m[..., _HANKEL]
-    rhs = (v * z) @ powers[..., :3]
+    rhs = np.multiply(z, v, out=z) @ powers[..., :3]
     # A tiny ridge keeps the batched solve defined for degenerate windows.
     ridge = 1e-10 * (mat[..., 0, 0] + mat[..., 2, 2] + 1e-300)
     mat[..., _DIAGONAL, _DIAGONAL] += ridge[..., None]
     q = _solve3(mat, rhs)  # (J, G, 3)
-    qx = q @ powers[..., :3].transpose(0, 2, 1)  # (J, G, W)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fitted = floors[:, :, None] + 1.0 / qx
-        sse = ((y[:, None, :] - fitted) ** 2 @ w[:, :, None])[..., 0]
+    qx = np.matmul(q, powers[..., :3].transpose(0, 2, 1), out=v)  # (J, G, W)
     used = w[:, None, :] > 0
     positive = ((qx > 0) | ~used).all(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fitted = np.add(np.divide(1.0, qx, out=qx), floors[:, :, None], out=qx)
+        residual = np.subtract(y[:, None, :], fitted, out=fitted)
+        sse = (np.square(residual, out=residual) @ w[:, :, None])[..., 0]
     # q must keep growing beyond the window (q2 >= 0) and grow at its end.
     rising = (q[..., 2] >= 0) & (q[..., 1] + 2 * q[..., 2] > 0)
     ok = positive & rising & np.isfinite(sse)

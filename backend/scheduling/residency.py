@@ -156,20 +156,24 @@ def switch_charge(snapshot: Snapshot, job: JobView) -> float:
     return 0.0 if job.job_id in snapshot.resident else job.switch_seconds
 
 
-def switch_discounts(snapshot: Snapshot, jobs: Sequence[JobView]) -> np.ndarray:
+def switch_discounts(snapshot: Snapshot, jobs: Sequence[JobView],
+                     resident: frozenset[int] | None = None) -> np.ndarray:
     """Per job, the share of a grant's slot time that trains:
     ``chunk / (chunk + switch)``, the chunk as long as a move makes it
     (:func:`amortised`), 1 for a job that steps on or whose cost is unknown.
 
     A policy multiplies a gain per slot-second by it, so a job that must move
     ranks below an equal one that steps on. One array pass: the live
-    scheduler ranks thousands of jobs a round.
+    scheduler ranks thousands of jobs a round. ``resident``: the jobs that
+    step on, if not ``snapshot.resident`` (a policy that keeps each job's
+    discount as if it moved, across decisions, passes none).
     """
     count = len(jobs)
     charge = np.fromiter(map(_SWITCH, jobs), float, count)
-    if snapshot.resident:
+    resident = snapshot.resident if resident is None else resident
+    if resident:
         ids = np.fromiter(map(_ID, jobs), np.int64, count)
-        charge[np.isin(ids, np.fromiter(snapshot.resident, np.int64))] = 0.0
+        charge[np.isin(ids, np.fromiter(resident, np.int64))] = 0.0
     needed = move_chunk_seconds(charge, np.fromiter(map(_MOVES, jobs), float, count),
                                 np.fromiter(map(_ATTAINED, jobs), float, count))
     chunk = np.maximum(snapshot.chunk_seconds, needed)

@@ -7,91 +7,33 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, compress
 from operator import attrgetter, not_
-from typing import NamedTuple, cast
 
 import numpy as np
 
 from backend.scheduling.allocation import fill_slots
 from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_waiting
+from backend.scheduling.policies.slaq_scores import (
+    Scored,
+    best_first,
+    planned_iterations,
+    total_drops,
+)
 from backend.scheduling.predictor import CurveFit, LossPredictor, drop_model, rising_level
 from backend.scheduling.residency import switch_discounts
 from backend.scheduling.types import Grant, JobView, Snapshot
 
-
-def planned_iterations(snapshot: Snapshot, job: JobView, fit: CurveFit | None) -> int:
-    """The chunk length :func:`~backend.scheduling.allocation.chunk_iterations`
-    will grant, computed from the memoised timing instead of re-summing the
-    job's recent points (which dominates the cost with thousands of jobs)."""
-    spi = fit.seconds_per_iteration if fit is not None else None
-    wanted = snapshot.default_chunk_iterations if spi is None else int(snapshot.chunk_seconds / spi)
-    return max(1, min(wanted, job.max_iterations - job.iterations_done))
-
-
-class _Scored(NamedTuple):
-    """A job's memoised model score: valid while its fit, newest iteration and
-    remaining iterations are the ones it was computed for (the memo is
-    emptied when the chunk length changes).
-
-    ``view`` is the job view it was computed from (``None`` while the job
-    waits for its first fit): the live scheduler and the simulator hand over
-    the same view object until the job changes, so for most of 10,000 jobs
-    one identity check says the score still holds. A score made from a fit
-    the refit budget kept is redone when the predictor refits the job
-    (``LossPredictor.refreshed``)."""
-
-    view: JobView | None
-    fit: CurveFit
-    remaining: int
-    newest: int
-    n: int
-    rate: float
-    weight: float
-    point: float
-
-
 _RATE = attrgetter("rate")
 _WEIGHT = attrgetter("weight")
+_MOVING = attrgetter("moving")
+_ID = attrgetter("job_id")
 _ATTAINED = attrgetter("attained_seconds")
-
-
-def total_drops(initial: np.ndarray, shown: np.ndarray, floor: np.ndarray, cap: float
-                ) -> np.ndarray:
-    """Predicted total drops: initial loss to the fit's asymptote ``floor``, at
-    least the drop ``shown`` (and a sliver of the initial loss) and at most
-    ``cap`` times it; ``shown`` where the fit has no finite asymptote.
-
-    ``fmax``/``fmin`` skip a NaN argument as Python's ``max``/``min`` of two
-    floats do when it is not the first, so a job whose loss went NaN scores as
-    it always did."""
-    shown = np.maximum(np.maximum(shown, 1e-3 * np.abs(initial)), 1e-12)
-    with np.errstate(invalid="ignore"):
-        return np.where(np.isfinite(floor), np.fmin(np.fmax(initial - floor, shown), cap * shown),
-                        shown)
-
-
-def best_first(jobs: list[JobView], scores: np.ndarray, wanted: int
-               ) -> Iterator[tuple[JobView, float]]:
-    """``jobs`` by score, highest first, ties to the longest-waiting job, then
-    the lowest id; lazily.
-
-    Only the top ``wanted`` (and any tied with the last of them) are sorted
-    up front, found by a partial sort; the rest are sorted only if the caller
-    reads past them (tenant quotas skipped the top ones).
-    """
-    def ordered(rows: np.ndarray) -> Iterator[tuple[JobView, float]]:
-        since = np.fromiter((jobs[i].waiting_since for i in rows), float, len(rows))
-        ids = np.fromiter((jobs[i].job_id for i in rows), float, len(rows))
-        for i in rows[np.lexsort((ids, since, -scores[rows]))]:
-            yield jobs[i], float(scores[i])
-
-    # A NaN would defeat the partition; it ranks last, as in a full sort.
-    scores = np.where(np.isnan(scores), -np.inf, scores)
-    if len(jobs) <= 2 * wanted + 64:
-        yield from ordered(np.arange(len(jobs)))
-        return
-    cut = float(np.partition(scores, len(jobs) - wanted)[len(jobs) - wanted])
-    yield from ordered(np.flatnonzero(scores >= cut))
-    yield from ordered(np.flatnonzero(scores < cut))
+_VIEW = attrgetter("view")
+_AMOUNTS = attrgetter("drift", "initial_loss", "lowest_loss", "floor", "anchor", "noise")
+_DONE = attrgetter("iterations_done")
+_MOST = attrgetter("max_iterations")
+_NEWEST = attrgetter("history.newest_iteration")
+_K_LAST = attrgetter("k_last")
+_SPI = attrgetter("seconds_per_iteration")
 
 
 WARMUP_SHARE = 1.0
@@ -192,7 +134,10 @@ class SlaqPolicy:
     diverge_margin: float = 0.1
     error_floor: float = 0.03
     predictor: LossPredictor = field(default_factory=LossPredictor)
-    _memo: dict[int, _Scored] = field(default_factory=dict)
+    _memo: dict[int, Scored] = field(default_factory=dict)
+    _by_view: dict[int, Scored] = field(default_factory=dict)
+    """The entries of ``_memo`` that hold a view, by ``id(view)``: the entry
+    keeps its view alive, so no other object can have that id meanwhile."""
     _memo_chunk: float | None = None
 
     def allocate(self, snapshot: Snapshot) -> list[Grant]:
@@ -202,22 +147,13 @@ class SlaqPolicy:
         if not overdue and not behind and not rest:
             return []
         self._forget_finished(snapshot)
-        known, scored, new = self._scored(snapshot, rest)
+        known, scores, new = self._scored(snapshot, rest)
         warm = self._warmup(snapshot, new)
         warm_ids = {job.job_id for job, _, _ in warm}
         unseen = [job for job in new if job.job_id not in warm_ids]
         ranked = known + unseen
-        # One array pass over thousands of jobs; only the model part is memoised
-        # (the LAS part changes with every job's service).
-        rate = np.fromiter(map(_RATE, scored), float, len(scored))
-        blend = np.fromiter(map(_WEIGHT, scored), float, len(scored))
-        attained = np.fromiter(map(_ATTAINED, known), float, len(known))
-        las = self.new_job_gain / (attained + snapshot.chunk_seconds)
         scores = np.concatenate((
-            (1 - blend) * rate + blend * las,
-            np.full(len(unseen), self.new_job_gain / snapshot.chunk_seconds)))
-        # Per slot-second, the seconds a move would waste included.
-        scores[:len(known)] *= switch_discounts(snapshot, known)
+            scores, np.full(len(unseen), self.new_job_gain / snapshot.chunk_seconds)))
         if any(t.share_weight != 1.0 for t in snapshot.tenants.values()):
             weights = {t: snapshot.tenant(t).share_weight for t in {j.tenant_id for j in ranked}}
             scores *= np.fromiter((weights[job.tenant_id] for job in ranked), float, len(ranked))
@@ -225,45 +161,51 @@ class SlaqPolicy:
         return fill_slots(snapshot, chain(overdue, behind, warm, self._explained(ordered)))
 
     def _scored(self, snapshot: Snapshot, jobs: list[JobView]
-                ) -> tuple[list[JobView], list[_Scored], list[JobView]]:
-        """Jobs with a usable fit and their memoised scores (lookahead index and
-        LAS weight), and the new jobs (no curve to extrapolate yet). Only jobs
-        whose history or remaining iterations changed are looked at again."""
+                ) -> tuple[list[JobView], np.ndarray, list[JobView]]:
+        """Jobs with a usable fit and their scores (lookahead index blended
+        with LAS, per slot-second, the seconds a move would waste included),
+        and the new jobs (no curve to extrapolate yet). Only jobs whose view
+        changed are looked at again."""
         chunk = snapshot.chunk_seconds
         if chunk != self._memo_chunk:
             # Every score is per chunk length: a new length rescores every job.
             self._memo.clear()
+            self._by_view.clear()
             self._memo_chunk = chunk
         memo = self._memo
-        entries = list(map(memo.get, [job.job_id for job in jobs]))
         # Most of 10,000 jobs are the very view their score was made from:
-        # one identity test each, and the rest of the sorting in C.
-        hit = [entry is not None and entry.view is job
-               for entry, job in zip(entries, jobs, strict=True)]
-        known = list(compress(jobs, hit))
-        scored = cast(list[_Scored], list(compress(entries, hit)))  # hits are not None
-        miss = list(map(not_, hit))
+        # one lookup by identity each, and the rest of the sorting in C.
+        # (An entry is true, ``None`` false: the entries select the hits.)
+        entries = list(map(self._by_view.get, map(id, jobs)))
+        known = list(compress(jobs, entries))
+        scored: list[Scored] = list(filter(None, entries))
         new: list[JobView] = []
         changed: list[JobView] = []
-        for job, entry in zip(compress(jobs, miss), compress(entries, miss), strict=True):
+        rescore: list[tuple[JobView, CurveFit]] = []
+        for job in compress(jobs, map(not_, entries)):
             history = job.history
+            entry = memo.get(job.job_id)
             if not history.size:
                 new.append(job)
             elif entry is not None and entry.remaining == job.max_iterations - job.iterations_done \
                     and entry.fit.key == (history.newest_iteration, history.size):
-                memo[job.job_id] = entry = entry._replace(view=job)
-                known.append(job)
-                scored.append(entry)
+                rescore.append((job, entry.fit))  # the same fit, a new view
             else:
                 changed.append(job)
         fits = self.predictor.fit_many(changed)
-        rescore: list[tuple[JobView, CurveFit]] = []
         refreshed = self.predictor.refreshed
         if refreshed:
             # Refitted now though unchanged since their score was made.
-            keep = [job.job_id not in refreshed for job in known]
-            rescore = [(job, refreshed[job.job_id]) for job in compress(known, map(not_, keep))]
-            known, scored = list(compress(known, keep)), list(compress(scored, keep))
+            rescore = [(job, refreshed.get(job.job_id, fit)) for job, fit in rescore]
+            # A kept score is updated where it is, so the decision's lists see
+            # it, whether or not its view is in this decision (a guard may
+            # serve the job now, and the view come back unchanged later).
+            held = [(e.view, e) for e in map(memo.get, refreshed)
+                    if e is not None and e.view is not None]
+            again = self._entries(snapshot, [(view, refreshed[view.job_id]) for view, _ in held])
+            for (_, entry), fresh in zip(held, again, strict=True):
+                entry.take(fresh)
+        waiting: list[tuple[JobView, Scored]] = []  # not fitted yet: scored anew each call
         for job, fit in zip(changed, fits, strict=True):
             if not fit.known:
                 new.append(job)
@@ -277,18 +219,62 @@ class SlaqPolicy:
                     continue
                 # Nothing known of its curve yet: least attained service, fully
                 # (no view, so it is handed to the predictor again).
-                entry = memo[job.job_id] = _Scored(
-                    None, fit, remaining, job.history.newest_iteration,
-                    planned_iterations(snapshot, job, fit), 0.0, 1.0, 0.0)
+                entry = Scored(None, fit, remaining, job.history.newest_iteration,
+                                planned_iterations(snapshot, job, fit), 0.0, 1.0, 0.0)
+                self._remember(job.job_id, entry)
             elif not fit.pending:
-                memo[job.job_id] = entry = entry._replace(view=job)
-            known.append(job)
-            scored.append(entry)
-        for (job, _), entry in zip(rescore, self._entries(snapshot, rescore), strict=True):
-            memo[job.job_id] = entry
-            known.append(job)
-            scored.append(entry)
-        return known, scored, new
+                rescore.append((job, fit))
+                continue
+            waiting.append((job, entry))
+        made = self._entries(snapshot, rescore)
+        self._remember_all([job.job_id for job, _ in rescore], made)
+        known += [job for job, _ in rescore]
+        scored += made
+        if waiting:
+            jobs = [job for job, _ in waiting]
+            rows = [entry for _, entry in waiting]
+            plain, moving = self._whole(snapshot, jobs, np.fromiter(map(_RATE, rows), float),
+                                        np.fromiter(map(_WEIGHT, rows), float))
+            for entry, p, m in zip(rows, plain.tolist(), moving.tolist(), strict=True):
+                entry.plain, entry.moving = p, m
+            known += jobs
+            scored += rows
+        scores = np.fromiter(map(_MOVING, scored), float, len(scored))
+        if snapshot.resident:
+            # Loaded on a free slot: no move, so no discount for one.
+            at = np.flatnonzero(np.fromiter(map(snapshot.resident.__contains__, map(_ID, known)),
+                                            bool, len(known)))
+            if len(at):
+                plain = np.fromiter((scored[i].plain for i in at), float, len(at))
+                scores[at] = plain * switch_discounts(snapshot, [known[i] for i in at])
+        return known, scores, new
+
+    def _whole(self, snapshot: Snapshot, jobs: Sequence[JobView], rate: np.ndarray,
+               blend: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The jobs' whole scores: the index ``rate`` blended with LAS
+        (``plain``), and that with the seconds a move would waste included
+        (``moving``)."""
+        attained = np.fromiter(map(_ATTAINED, jobs), float, len(jobs))
+        las = self.new_job_gain / (attained + snapshot.chunk_seconds)
+        plain = (1 - blend) * rate + blend * las
+        return plain, plain * switch_discounts(snapshot, jobs, frozenset())
+
+    def _remember_all(self, job_ids: list[int], entries: list[Scored]) -> None:
+        """:meth:`_remember` for many jobs (all with views), mostly in C."""
+        by_view = self._by_view
+        for old in map(self._memo.get, job_ids):
+            if old is not None and old.view is not None:
+                del by_view[id(old.view)]
+        self._memo.update(zip(job_ids, entries, strict=True))
+        by_view.update(zip(map(id, map(_VIEW, entries)), entries, strict=True))
+
+    def _remember(self, job_id: int, entry: Scored) -> None:
+        old = self._memo.get(job_id)
+        if old is not None and old.view is not None:
+            del self._by_view[id(old.view)]
+        self._memo[job_id] = entry
+        if entry.view is not None:
+            self._by_view[id(entry.view)] = entry
 
     def _score(self, snapshot: Snapshot, job: JobView, fit: CurveFit) -> float:
         """One job's index blended with LAS, per slot-second (before its tenant's weight)."""
@@ -299,7 +285,7 @@ class SlaqPolicy:
         return (1 - entry.weight) * entry.rate + entry.weight * las
 
     def _entries(self, snapshot: Snapshot, items: Sequence[tuple[JobView, CurveFit]]
-                 ) -> list[_Scored]:
+                 ) -> list[Scored]:
         """Each job's lookahead index, weight of LAS and normalised drop of its
         next chunk, as one array pass over all of ``items``.
 
@@ -309,18 +295,24 @@ class SlaqPolicy:
         if not items:
             return []
         chunk = snapshot.chunk_seconds
+        jobs = [job for job, _ in items]
         fits = [fit for _, fit in items]
-        # One pass over hundreds of jobs: their counts and their amounts.
-        counts: list[tuple[int, int, int]] = []
-        amounts: list[tuple[float, ...]] = []
-        for job, fit in items:
-            k = planned_iterations(snapshot, job, fit)
-            counts.append((k, max(job.history.newest_iteration - fit.k_last, 0),
-                           max(job.remaining_iterations, 1)))
-            amounts.append((fit.drift, fit.seconds_per_iteration or chunk / k, fit.initial_loss,
-                            fit.lowest_loss, fit.floor, fit.anchor, fit.noise))
-        n, after, remaining = np.array(counts, dtype=np.int64).T
-        drift, spi, initial, lowest, floor, anchor, noise = np.array(amounts).T
+        # Hundreds of jobs: their counts and amounts gathered in C, and
+        # planned_iterations as array operations.
+        count = len(items)
+        done, most, newest, k_last = np.fromiter(
+            chain(map(_DONE, jobs), map(_MOST, jobs), map(_NEWEST, jobs), map(_K_LAST, fits)),
+            np.int64, 4 * count).reshape(4, count)
+        own = np.array(list(map(_SPI, fits)), dtype=float)  # None: NaN
+        timed = ~np.isnan(own)
+        left = most - done
+        wanted = np.full(count, snapshot.default_chunk_iterations)
+        wanted[timed] = (chunk / own[timed]).astype(np.int64)  # int(): towards zero
+        n = np.maximum(1, np.minimum(wanted, left))
+        after, remaining = np.maximum(newest - k_last, 0), np.maximum(left, 1)
+        spi = np.where(timed & (own != 0), own, chunk / n)
+        drift, initial, lowest, floor, anchor, noise = np.fromiter(
+            chain.from_iterable(map(_AMOUNTS, fits)), float, 6 * count).reshape(count, 6).T
         shown = initial - lowest
         scale = total_drops(initial, shown, floor, self.total_drop_cap)
         drop = drop_model(fits, after)
@@ -336,12 +328,10 @@ class SlaqPolicy:
         weight[shown < self.min_progress * np.abs(initial)] = 1.0
         index[rising] = 0.0
         weight[rising] = 0.0
-        out = []
-        for (job, fit), k, rate, w, gain in zip(items, n.tolist(), index.tolist(),
-                                               weight.tolist(), point.tolist(), strict=True):
-            out.append(_Scored(job, fit, job.max_iterations - job.iterations_done,
-                               job.history.newest_iteration, k, rate, w, gain))
-        return out
+        plain, moving = self._whole(snapshot, jobs, index, weight)
+        return list(map(Scored, jobs, fits, left.tolist(), newest.tolist(), n.tolist(),
+                        index.tolist(), weight.tolist(), point.tolist(), plain.tolist(),
+                        moving.tolist()))
 
     def _warmup(self, snapshot: Snapshot, new: list[JobView]) -> list[Ranked]:
         """New jobs served first, oldest first, while the new jobs running
@@ -365,7 +355,7 @@ class SlaqPolicy:
     def _explained(self, ordered: Iterator[tuple[JobView, float]]) -> Iterator[Ranked]:
         # Reasons are formatted lazily: only the jobs fill_slots looks at pay for it.
         for rank, (job, score) in enumerate(ordered, start=1):
-            entry = self._memo.get(job.job_id) if job.losses else None
+            entry = self._memo.get(job.job_id) if job.history.size else None
             if entry is None:
                 yield job, f"rank {rank}: new job, assumed gain {self.new_job_gain:g}", None
             elif entry.fit.pending:
@@ -385,3 +375,4 @@ class SlaqPolicy:
             self.predictor.forget_except(present)
             keep = set(present)
             self._memo = {k: v for k, v in self._memo.items() if k in keep}
+            self._by_view = {id(v.view): v for v in self._memo.values() if v.view is not None}

@@ -9,7 +9,8 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -159,17 +160,22 @@ class LossPredictor:
             self._pending.pop(job.job_id, None)
         fitted: list[JobView] = []
         previous: list[CurveFit | None] = []
+        bases: list[dict[str, Any]] = []
         for job in jobs:
-            earlier = self._fits.get(job.job_id)
-            self._fits[job.job_id] = self._statistics(job)
+            stats = self._statistics(job)
             if job.history.size >= self.config.min_points:
                 fitted.append(job)
-                previous.append(earlier)
+                previous.append(self._fits.get(job.job_id))
+                bases.append(stats)
+            else:
+                self._fits[job.job_id] = CurveFit(**stats)
         if fitted:
-            self._fit_windows(_windows(self.config, fitted, previous))
+            self._fit_windows(_windows(self.config, fitted, previous), bases)
 
-    def _statistics(self, job: JobView) -> CurveFit:
-        """Running statistics, updated from new points only, plus the geometric fit."""
+    def _statistics(self, job: JobView) -> dict[str, Any]:
+        """Running statistics, updated from new points only, plus the geometric
+        fit: a :class:`CurveFit`'s fields (a fitted job's fit is made once, by
+        :meth:`_choose`)."""
         history = job.history
         losses = history.values
         previous = self._fits.get(job.job_id)
@@ -182,7 +188,7 @@ class LossPredictor:
             prev_loss = initial
         else:
             lowest, step = previous.lowest_loss, previous.largest_step_drop
-            start = int(np.searchsorted(history.iterations, previous.k_last, side="right"))
+            start = int(history.iterations.searchsorted(previous.k_last, side="right"))
             prev_loss = float(losses[start - 1]) if start > 0 else math.nan
         if start < len(losses):
             # A chunk adds hundreds of points and a round refits thousands of
@@ -198,7 +204,7 @@ class LossPredictor:
             ratio = _geometric_ratio(history, initial)
             if ratio is not None:
                 family, params = GEOMETRIC, (ratio,)
-        return CurveFit(
+        return dict(
             job_id=job.job_id, key=history_key(job), family=family, params=params,
             k_last=history.newest_iteration, k0=0.0, span=1.0, lo=0.0,
             height=1.0, anchor=anchor, noise=0.0,
@@ -209,7 +215,7 @@ class LossPredictor:
             misses=misses, z=z,
         )
 
-    def _fit_windows(self, batch: _Windows) -> None:
+    def _fit_windows(self, batch: _Windows, bases: list[dict[str, Any]]) -> None:
         x, y, w, held = batch.x, batch.y, batch.w, batch.held
         full = fit_all(x, y, w)
         oos, horizon, tracked = _tracked_errors(batch.jobs, batch.previous)
@@ -235,35 +241,37 @@ class LossPredictor:
                    noise.tolist(), floors.tolist(), np.isfinite(sse).tolist(),
                    np.stack([fit.params for fit in full], 1).tolist(), batch.k0.tolist(),
                    batch.span.tolist(), batch.lo.tolist(), batch.height.tolist(), strict=True)
-        for i, (job, figures) in enumerate(zip(batch.jobs, map(_Figures._make, rows),
-                                               strict=True)):
-            self._choose(job, figures, batch.y[i, max(int(batch.count[i]) - 8, 0):batch.count[i]])
+        for i, (job, figures, base) in enumerate(zip(batch.jobs, map(_Figures._make, rows), bases,
+                                                     strict=True)):
+            self._fits[job.job_id] = self._choose(
+                figures, batch.y[i, max(int(batch.count[i]) - 8, 0):batch.count[i]], base)
 
-    def _choose(self, job: JobView, fig: _Figures, newest_y: np.ndarray) -> None:
-        """Keep the valid family with the lowest smoothed out-of-sample error."""
-        base = self._fits[job.job_id]
+    def _choose(self, fig: _Figures, newest_y: np.ndarray, base: dict[str, Any]) -> CurveFit:
+        """The fit of the valid family with the lowest smoothed out-of-sample
+        error, from ``base`` (:meth:`_statistics`, which this overwrites)."""
         alpha = self.config.smoothing
-        errors = tuple(fig.oos)
-        if len(base.errors) == len(errors):
-            errors = tuple(_smooth(p, e, alpha) for e, p in zip(errors, base.errors, strict=True))
+        errors, earlier = tuple(fig.oos), base["errors"]
+        if len(earlier) == len(errors):
+            errors = tuple(_smooth(p, e, alpha) for e, p in zip(errors, earlier, strict=True))
         valid = [f for f in range(len(FAMILIES)) if fig.finite[f]]
         if not valid:
             # No decreasing curve fits: the job looks converged. The base's
             # drift is the few-points fallback's deliberately optimistic 5% an
             # iteration, which would make a flat job look wildly uncertain.
-            self._fits[job.job_id] = replace(base, family=FLAT, errors=errors, drift=0.0,
-                                             noise=fig.height * float(np.std(newest_y)))
-            return
+            base.update(family=FLAT, errors=errors, drift=0.0,
+                        noise=fig.height * float(np.std(newest_y)))
+            return CurveFit(**base)
         f = min(valid, key=lambda v: errors[v])
         err = errors[f] if math.isfinite(errors[f]) else 1.0
         lo, height = fig.lo, fig.height
-        self._fits[job.job_id] = replace(
-            base, family=FAMILIES[f], params=tuple(fig.params[f]), k0=fig.k0, span=fig.span,
+        base.update(
+            family=FAMILIES[f], params=tuple(fig.params[f]), k0=fig.k0, span=fig.span,
             lo=lo, height=height, anchor=lo + height * fig.level[f], noise=height * fig.noise[f],
             drift=height * err / fig.horizon, errors=errors, floor=lo + height * fig.floors[f],
             candidates=tuple(tuple(fig.params[v]) if v in valid else None
                              for v in range(len(FAMILIES))),
         )
+        return CurveFit(**base)
 
 
 def _new_extremes(new: np.ndarray, lowest: float, step: float, before: float
@@ -275,10 +283,12 @@ def _new_extremes(new: np.ndarray, lowest: float, step: float, before: float
     from it are skipped: an infinite "drop" would outrank every job."""
     if not math.isfinite(before):
         before = math.nan
-    if np.isfinite(new).all():
-        # The usual case, without the NaN-aware passes: a round refits many jobs.
-        low = float(new.min())
-        top = float((new[:-1] - new[1:]).max()) if len(new) > 1 else -math.inf
+    low = float(np.minimum.reduce(new))
+    if math.isfinite(low) and math.isfinite(np.maximum.reduce(new)):
+        # The usual case, without the NaN-aware passes: a round refits many
+        # jobs (a NaN or an infinity shows in the extremes; the ufuncs' own
+        # reductions skip the methods' Python wrappers).
+        top = float(np.maximum.reduce(new[:-1] - new[1:])) if len(new) > 1 else -math.inf
         if not math.isnan(before):
             top = max(top, before - float(new[0]))
         lowest = low if math.isnan(lowest) else min(lowest, low)
