@@ -33,6 +33,11 @@ class Settings(BaseSettings):
     port: int = 8000
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
     chunk_seconds: float = Field(1.0, gt=0, description="Target wall time of one chunk")
+    idle_chunk_factor: float = Field(
+        5.0, ge=1, le=100,
+        description="In a round that grants every waiting job and still leaves a slot idle, "
+        "chunks are up to this many times chunk_seconds: no decision is pending, and each "
+        "chunk costs a commit and a dispatch. 1: always chunk_seconds")
     default_chunk_iterations: int = Field(10, ge=1, description="First chunk of a new job")
     lease_seconds: float = Field(30.0, gt=0, description="A chunk not reported by then is lost")
     heartbeat_seconds: float = Field(2.0, gt=0, description="Worker heartbeat period")

@@ -45,6 +45,7 @@ def make_scheduler(owner: str = "", may_grant: Callable[[], bool] = lambda: True
                      default_policy=settings.policy,
                      default_completion_guard=settings.completion_guard,
                      default_chunk_iterations=settings.default_chunk_iterations,
+                     idle_chunk_factor=settings.idle_chunk_factor,
                      owner=owner, may_grant=may_grant)
 
 

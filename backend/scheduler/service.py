@@ -104,12 +104,14 @@ class Scheduler:
                  send: ChunkSender, chunk_seconds: float, lease_seconds: float,
                  default_policy: str, default_chunk_iterations: int = 10,
                  default_completion_guard: float = DEFAULT_COMPLETION_GUARD,
+                 idle_chunk_factor: float = IDLE_CHUNK_FACTOR,
                  owner: str = "", may_grant: Callable[[], bool] = lambda: True) -> None:
         self.engine = engine
         self.redis = client
         self.keys = keys
         self.send = send
         self.chunk_seconds = chunk_seconds
+        self.idle_chunk_factor = idle_chunk_factor
         self.lease_seconds = lease_seconds
         self.default_policy = default_policy
         self.default_completion_guard = default_completion_guard
@@ -329,7 +331,7 @@ class Scheduler:
         return known, held
 
     def _grant(self, session: Session, snapshot: Snapshot, policy: Policy, name: str,
-               ranking: list[Grant] | None = None, idle_factor: float = IDLE_CHUNK_FACTOR
+               ranking: list[Grant] | None = None, idle_factor: float | None = None
                ) -> tuple[list[Grant], list[Rejected]]:
         """Decide (:func:`backend.scheduling.round.decide`: rank unless
         ``ranking`` is given, check against the hard limits, place on pools and
@@ -337,7 +339,8 @@ class Scheduler:
         decided = decide(
             policy, snapshot, ranking=ranking, standings=self.stopper.standings,
             free=self._free, resident=self._resident, reserved=self._owed.keys(),
-            default_pool=DEFAULT_POOL, idle_factor=idle_factor,
+            default_pool=DEFAULT_POOL,
+            idle_factor=self.idle_chunk_factor if idle_factor is None else idle_factor,
             # Cut at the experiment's next rung (recording what it owes).
             cut=lambda grant, job: cut_at_rung(
                 grant, job, self.stopper.rule_for(session, job.experiment_id), self._owed,

@@ -182,6 +182,10 @@ def start_portal(*, data_dir: Path, db_url: str, redis_url: str, workers: int = 
         "DATA_DIR": str(data_dir), "POLICY": policy, "ENVIRONMENT": "test",
         "LEASE_SECONDS": "6", "HEARTBEAT_SECONDS": "1", "CHUNK_SECONDS": "0.5",
         "SCHEDULER_TICK_SECONDS": "0.5", "PYTHONUNBUFFERED": "1",
+        # Tests count the chunks of a job alone on the cluster (residency,
+        # cadence, pauses): at the policy's chunk length. The longer chunks
+        # of idle rounds have their own test (test_idle_chunks_live).
+        "IDLE_CHUNK_FACTOR": "1",
     })
     env.update(extra_env or {})
     portal = Portal(base_url=f"http://127.0.0.1:{port}", db_url=db_url, redis_url=redis_url,
