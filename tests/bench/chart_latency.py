@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="slaq-latency-") as tmp, \
             test_redis(Path(tmp) / "redis", BENCH_REDIS_DB) as redis_url:
         data = Path(tmp) / "portal"
-        portal = start_portal(data_dir=data, db_url=f"sqlite:///{data}/bench.db",
+        portal = start_portal(idle_chunks=True,
+                              data_dir=data, db_url=f"sqlite:///{data}/bench.db",
                               redis_url=redis_url, workers=args.workers)
         try:
             token = make_user_token(portal.db_url, tenant="latency", email=EMAIL,

@@ -92,7 +92,8 @@ class Figures:
 def portal_for(root: Path, redis_url: str, policy: str,
                chunk_seconds: float) -> Iterator[tuple[Portal, httpx.Client]]:
     db_url = f"sqlite:///{root / 'bench.db'}"
-    portal = start_portal(data_dir=root, db_url=db_url, redis_url=redis_url, workers=SLOTS,
+    portal = start_portal(idle_chunks=True,
+                          data_dir=root, db_url=db_url, redis_url=redis_url, workers=SLOTS,
                           policy=policy,
                           extra_env={"CHUNK_SECONDS": str(chunk_seconds), "LOG_LEVEL": "WARNING",
                                      "LEASE_SECONDS": "120", "SANDBOX_MEMORY_MIB": "6144",

@@ -84,7 +84,8 @@ def main() -> None:
     spec = docs_spec()
     with tempfile.TemporaryDirectory() as tmp, test_redis(Path(tmp), TEST_REDIS_DB) as redis:
         data = Path(tmp) / "portal"
-        portal = start_portal(data_dir=data, db_url=f"sqlite:///{Path(tmp) / 'portal.db'}",
+        portal = start_portal(idle_chunks=True,
+                              data_dir=data, db_url=f"sqlite:///{Path(tmp) / 'portal.db'}",
                               redis_url=redis, workers=args.workers, policy="slaq")
         try:
             got = run(portal, "stopping", spec, args.timeout)

@@ -30,8 +30,7 @@ DEFAULT_FACTOR = Settings.model_fields["idle_chunk_factor"].default
 def portal(module_db_url: str, redis_url: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Portal]:
     running = start_portal(data_dir=tmp_path_factory.mktemp("idle"), db_url=module_db_url,
-                           redis_url=redis_url,
-                           extra_env={"IDLE_CHUNK_FACTOR": str(DEFAULT_FACTOR)})
+                           redis_url=redis_url, idle_chunks=True)
     try:
         yield running
     finally:

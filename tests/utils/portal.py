@@ -170,7 +170,12 @@ def make_user_token(db_url: str, *, tenant: str, email: str, role: Role = Role.m
 
 
 def start_portal(*, data_dir: Path, db_url: str, redis_url: str, workers: int = 2,
-                 policy: str = "fair", extra_env: dict[str, str] | None = None) -> Portal:
+                 policy: str = "fair", extra_env: dict[str, str] | None = None,
+                 idle_chunks: bool = False) -> Portal:
+    """API, scheduler and ``workers`` Celery worker processes on ``db_url``
+    and ``redis_url``. ``idle_chunks``: keep the portal's longer chunks while
+    slots idle (``IDLE_CHUNK_FACTOR``), as benchmarks of the portal as
+    deployed do; tests count the chunks of a job alone, at the policy's length."""
     data_dir.mkdir(parents=True, exist_ok=True)
     migrate(db_url)
     port = free_port()
@@ -182,11 +187,12 @@ def start_portal(*, data_dir: Path, db_url: str, redis_url: str, workers: int = 
         "DATA_DIR": str(data_dir), "POLICY": policy, "ENVIRONMENT": "test",
         "LEASE_SECONDS": "6", "HEARTBEAT_SECONDS": "1", "CHUNK_SECONDS": "0.5",
         "SCHEDULER_TICK_SECONDS": "0.5", "PYTHONUNBUFFERED": "1",
-        # Tests count the chunks of a job alone on the cluster (residency,
-        # cadence, pauses): at the policy's chunk length. The longer chunks
-        # of idle rounds have their own test (test_idle_chunks_live).
-        "IDLE_CHUNK_FACTOR": "1",
     })
+    if not idle_chunks:
+        # Tests count the chunks of a job alone on the cluster (residency,
+        # cadence, pauses); the longer chunks of idle rounds have their own
+        # test (test_idle_chunks_live).
+        env["IDLE_CHUNK_FACTOR"] = "1"
     env.update(extra_env or {})
     portal = Portal(base_url=f"http://127.0.0.1:{port}", db_url=db_url, redis_url=redis_url,
                     prefix=prefix, data_dir=data_dir, env=env)
