@@ -234,6 +234,11 @@ def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, res: Resident, ho
                     job.convergence_window, job.quality_metric)
     history, quality_history = _recent(ctx, job, rule, start)
     live = _LiveTicker(ctx, job.id or 0, seq, leases)
+    if not live.renew():
+        # Claimed before the trainer's start (a sandbox, a restore), which may
+        # have taken most of the lease: a first step that hangs until its
+        # deadline must find a whole lease, or the chunk is lost, not failed.
+        return _Run(iteration=start, trainer=res, abandoned=True)
     trainer = res.trainer
     result = run_iterations(trainer, rule, budget, live.tick, start=start, history=history,
                             initial=job.initial_loss, eval_every=job.eval_every,
@@ -352,9 +357,14 @@ class _LiveTicker:
                                          .where(col(Job.id) == self.job_id)).scalar()
             run.wind_down = status in (JobStatus.paused, JobStatus.cancelled)
         if now - self.last_renew >= self.ctx.lease_seconds / 3:
-            if not self.leases.renew(self.job_id, self.seq, self.ctx.lease_seconds):
-                return False
-            self.last_renew = now
+            return self.renew()
+        return True
+
+    def renew(self) -> bool:
+        """Extend the lease to a whole one from now; False when it was lost."""
+        if not self.leases.renew(self.job_id, self.seq, self.ctx.lease_seconds):
+            return False
+        self.last_renew = time.monotonic()
         return True
 
     def flush(self, points: list[Point]) -> None:
