@@ -33,6 +33,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 
 from backend.scheduling.allocation import Rejected, chunk_iterations, split_grants
 from backend.scheduling.experiment_focus import Standing, focus
@@ -239,7 +240,9 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
     views = {job.job_id: job for job in snapshot.jobs}
     # Every job that waits is granted now and slots stay idle: no decision
     # is pending for them, so chunks can be long (an arrival takes an idle slot).
-    idle = snapshot.free_slots > len(snapshot.waiting())
+    # Counted only up to the free slots: a round may see 10,000 jobs.
+    waiting = (j for j in snapshot.jobs if not j.running and j.remaining_iterations > 0)
+    idle = sum(1 for _ in islice(waiting, snapshot.free_slots)) < snapshot.free_slots
     out: list[tuple[Grant, SlotView | None]] = []
     for grant, slot in assign_slots(placed, slots, homes):
         job = views.get(grant.job_id)

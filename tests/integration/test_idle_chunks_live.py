@@ -18,7 +18,7 @@ from backend.core.models import Decision
 from backend.core.settings import Settings
 from tests.integration.test_end_to_end import submit, wait_finished
 from tests.integration.test_residency import MLP
-from tests.utils.portal import Portal, make_user_token, start_portal
+from tests.utils.portal import Portal, start_portal
 
 # One database: the subject is the scheduler's chunk length, not storage.
 pytestmark = pytest.mark.one_database
@@ -29,20 +29,13 @@ DEFAULT_FACTOR = Settings.model_fields["idle_chunk_factor"].default
 @pytest.fixture(scope="module")
 def portal(module_db_url: str, redis_url: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Portal]:
+    """The conftest's portal with the deployed default chunks (its ``api`` uses this one)."""
     running = start_portal(data_dir=tmp_path_factory.mktemp("idle"), db_url=module_db_url,
                            redis_url=redis_url, idle_chunks=True)
     try:
         yield running
     finally:
         running.close()
-
-
-@pytest.fixture
-def api(portal: Portal) -> Iterator[httpx.Client]:
-    token = make_user_token(portal.db_url, tenant="team-a", email="alice@team-a.test")
-    with httpx.Client(base_url=portal.base_url, timeout=30,
-                      headers={"Authorization": f"Bearer {token}"}) as client:
-        yield client
 
 
 def granted(portal: Portal, job_ids: list[int]) -> list[int]:
