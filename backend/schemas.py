@@ -125,8 +125,9 @@ class JobResidency(BaseModel):
                                  "on their slot")
     checkpoints_saved: int = Field(description="States written to the checkpoint store")
     switch_seconds: float | None = Field(description="Measured cost of moving the job to "
-                                         "another slot: build, restore and save; null before "
-                                         "its first start")
+                                         "another slot: build, restore (a cold sandbox start "
+                                         "for tenant code) and save; null before its first "
+                                         "start")
 
 
 class JobPublic(BaseModel):

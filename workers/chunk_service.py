@@ -212,6 +212,7 @@ def _trainer_for(ctx: ChunkContext, job: Job, writer: StateWriter) -> tuple[Resi
     now = time.monotonic()
     return Resident(job_id=job_id, trainer=trainer, iteration=start, saved_iteration=start,
                     saved_at=now, start_seconds=time.perf_counter() - began,
+                    unpaid_start_seconds=float(getattr(trainer, "unpaid_start_seconds", 0.0)),
                     idle_since=now), "restored"
 
 

@@ -79,6 +79,10 @@ class Resident:
     saved_at: float
     start_seconds: float
     """Build + restore (+ sandbox start) of its latest start on this slot."""
+    unpaid_start_seconds: float = 0.0
+    """What its start would have cost on top without a warm spare sandbox
+    (tenant code; 0 in the worker): moves come in bursts, and a move to a
+    slot whose spare is still importing pays it."""
     save_seconds: float = 0.0
     """How long its latest state() and checkpoint write took."""
     hold_seconds: float = 0.0
@@ -96,8 +100,9 @@ class Resident:
 
     @property
     def switch_seconds(self) -> float:
-        """What moving the job costs: build and restore where it goes, a save here."""
-        return self.start_seconds + self.save_seconds
+        """What moving the job costs: a cold start where it goes (build, restore
+        and the sandbox's imports), a save here."""
+        return self.start_seconds + self.unpaid_start_seconds + self.save_seconds
 
 
 def cadence_seconds(res: Resident, every: float, share: float) -> float:

@@ -30,6 +30,7 @@ from workers.sandbox import (
     open_sandboxed_trainer,
     protocol,
     runner,
+    spare,
 )
 from workers.trainers.contract import Metrics, TrainingData
 
@@ -138,6 +139,21 @@ def test_legitimate_trainer_resumes_exactly() -> None:
     assert [m["loss"] for m in losses] == straight
     assert straight[-1] < straight[0]
     assert set(evaluation) == {"val_loss", "val_accuracy"}
+
+
+def test_a_warm_spare_still_counts_the_start_a_cold_move_would_pay() -> None:
+    # The switch cost the scheduler charges is what a move costs when the
+    # slot's spare is still importing; a warm spare must not hide it.
+    with _open("logistic.py", sandbox_prestart=False) as cold:
+        started_for_it = cold.unpaid_start_seconds
+    spare.discard()
+    with _open("logistic.py"):
+        pass  # takes no spare (none yet) and has the next one started
+    assert spare.wait_ready(60)
+    with _open("logistic.py") as warm:
+        assert warm.unpaid_start_seconds > started_for_it
+        assert warm.unpaid_start_seconds > 0.01  # at least an interpreter's start and numpy
+    spare.discard()
 
 
 def test_params_are_validated_by_the_tenant_schema() -> None:

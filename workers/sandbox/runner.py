@@ -29,6 +29,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -314,6 +315,7 @@ class SandboxProcess:
             # Data are megabytes: big pipes mean few wake-ups per transfer.
             with contextlib.suppress(OSError):
                 fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        self.spawned_at = time.monotonic()
         try:
             cmd = sandbox_command(limits, (to_child_r, from_child_w, self.state_fd), self.uid)
             if self.cgroup is not None:

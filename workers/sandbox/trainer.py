@@ -106,6 +106,10 @@ class SandboxedTrainer(Trainer):
         """Start the worker's next spare sandbox when this one closes."""
         self.reply_bytes_per_iteration = 0.0
         """The most reply bytes one iteration's metrics took so far."""
+        self.unpaid_start_seconds = 0.0
+        """What this sandbox's start would have cost on top had no spare been
+        warm: its imports, less the part this job waited for. A move to a slot
+        whose spare is still importing pays it, so the switch cost counts it."""
 
     # -- plumbing -----------------------------------------------------------
     def _death_reason(self) -> str | None:
@@ -328,7 +332,8 @@ def _ready(process: SandboxProcess, data: TrainingData, seed: int, call_seconds:
            max_state_bytes: int) -> SandboxedTrainer:
     trainer = SandboxedTrainer(process, data, seed, call_seconds=call_seconds,
                                max_state_bytes=max_state_bytes)
-    deadline = time.monotonic() + STARTUP_SECONDS
+    asked = time.monotonic()
+    deadline = asked + STARTUP_SECONDS
     try:
         ready, _ = trainer.reader.message(1024, deadline)
     except (protocol.DeadlineExceeded, EOFError, protocol.ProtocolError) as exc:
@@ -346,7 +351,20 @@ def _ready(process: SandboxProcess, data: TrainingData, seed: int, call_seconds:
                            f"output: {' | '.join(tail) or 'none'}", output) from None
     if ready.get("ready") is not True:
         raise trainer._fail("trainer sandbox did not start: unexpected first message")
+    trainer.unpaid_start_seconds = unpaid_start(process.spawned_at, ready.get("at"), asked,
+                                                time.monotonic())
     return trainer
+
+
+def unpaid_start(spawned_at: float, ready_at: object, asked: float, now: float) -> float:
+    """Seconds of a sandbox's start (spawn to its "ready") that the job taking
+    it did not wait for (it waited from ``asked`` to ``now``). Example: a
+    spare spawned at 0 and ready at 2.5, taken at 10: 2.5 unpaid; taken at
+    1.0 and ready for it at 2.5: 1.0. A malformed time counts as nothing."""
+    if isinstance(ready_at, bool) or not isinstance(ready_at, (int, float)) \
+            or not spawned_at <= ready_at <= now:
+        return 0.0
+    return max(0.0, (ready_at - spawned_at) - (now - asked))
 
 
 def limits_from(settings: Any) -> SandboxLimits:
