@@ -6,12 +6,13 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, compress
-from operator import attrgetter, not_
+from operator import attrgetter
 
 import numpy as np
 
 from backend.scheduling.allocation import fill_slots
 from backend.scheduling.guards import Ranked, ServiceFloor, WaitBounds, split_waiting
+from backend.scheduling.policies.slaq_memo import KeptScores, Ranking
 from backend.scheduling.policies.slaq_scores import (
     Scored,
     best_first,
@@ -27,7 +28,6 @@ _WEIGHT = attrgetter("weight")
 _MOVING = attrgetter("moving")
 _ID = attrgetter("job_id")
 _ATTAINED = attrgetter("attained_seconds")
-_VIEW = attrgetter("view")
 _AMOUNTS = attrgetter("drift", "initial_loss", "lowest_loss", "floor", "anchor", "noise")
 _DONE = attrgetter("iterations_done")
 _MOST = attrgetter("max_iterations")
@@ -134,11 +134,13 @@ class SlaqPolicy:
     diverge_margin: float = 0.1
     error_floor: float = 0.03
     predictor: LossPredictor = field(default_factory=LossPredictor)
-    _memo: dict[int, Scored] = field(default_factory=dict)
-    _by_view: dict[int, Scored] = field(default_factory=dict)
-    """The entries of ``_memo`` that hold a view, by ``id(view)``: the entry
-    keeps its view alive, so no other object can have that id meanwhile."""
+    _kept: KeptScores = field(default_factory=KeptScores)
     _memo_chunk: float | None = None
+
+    @property
+    def _memo(self) -> dict[int, Scored]:
+        """Each job's kept score, by job id."""
+        return self._kept.entries
 
     def allocate(self, snapshot: Snapshot) -> list[Grant]:
         if snapshot.free_slots <= 0:
@@ -151,7 +153,7 @@ class SlaqPolicy:
         warm = self._warmup(snapshot, new)
         warm_ids = {job.job_id for job, _, _ in warm}
         unseen = [job for job in new if job.job_id not in warm_ids]
-        ranked = known + unseen
+        ranked = known.plus(unseen)
         scores = np.concatenate((
             scores, np.full(len(unseen), self.new_job_gain / snapshot.chunk_seconds)))
         if any(t.share_weight != 1.0 for t in snapshot.tenants.values()):
@@ -161,7 +163,7 @@ class SlaqPolicy:
         return fill_slots(snapshot, chain(overdue, behind, warm, self._explained(ordered)))
 
     def _scored(self, snapshot: Snapshot, jobs: list[JobView]
-                ) -> tuple[list[JobView], np.ndarray, list[JobView]]:
+                ) -> tuple[Ranking, np.ndarray, list[JobView]]:
         """Jobs with a usable fit and their scores (lookahead index blended
         with LAS, per slot-second, the seconds a move would waste included),
         and the new jobs (no curve to extrapolate yet). Only jobs whose view
@@ -169,20 +171,18 @@ class SlaqPolicy:
         chunk = snapshot.chunk_seconds
         if chunk != self._memo_chunk:
             # Every score is per chunk length: a new length rescores every job.
-            self._memo.clear()
-            self._by_view.clear()
+            self._kept.clear()
             self._memo_chunk = chunk
-        memo = self._memo
+        kept = self._kept
+        memo = kept.entries
         # Most of 10,000 jobs are the very view their score was made from:
-        # one lookup by identity each, and the rest of the sorting in C.
-        # (An entry is true, ``None`` false: the entries select the hits.)
-        entries = list(map(self._by_view.get, map(id, jobs)))
-        known = list(compress(jobs, entries))
-        scored: list[Scored] = list(filter(None, entries))
+        # one lookup by identity each, in C, to the row of its kept score.
+        rows = kept.rows(jobs)
+        hit = rows >= 0
         new: list[JobView] = []
         changed: list[JobView] = []
         rescore: list[tuple[JobView, CurveFit]] = []
-        for job in compress(jobs, map(not_, entries)):
+        for job in compress(jobs, (~hit).tolist()):
             history = job.history
             entry = memo.get(job.job_id)
             if not history.size:
@@ -203,8 +203,9 @@ class SlaqPolicy:
             held = [(e.view, e) for e in map(memo.get, refreshed)
                     if e is not None and e.view is not None]
             again = self._entries(snapshot, [(view, refreshed[view.job_id]) for view, _ in held])
-            for (_, entry), fresh in zip(held, again, strict=True):
+            for (view, entry), fresh in zip(held, again, strict=True):
                 entry.take(fresh)
+                kept.changed(view.job_id, entry)
         waiting: list[tuple[JobView, Scored]] = []  # not fitted yet: scored anew each call
         for job, fit in zip(changed, fits, strict=True):
             if not fit.known:
@@ -221,32 +222,37 @@ class SlaqPolicy:
                 # (no view, so it is handed to the predictor again).
                 entry = Scored(None, fit, remaining, job.history.newest_iteration,
                                 planned_iterations(snapshot, job, fit), 0.0, 1.0, 0.0)
-                self._remember(job.job_id, entry)
+                kept.remember(job.job_id, entry)
             elif not fit.pending:
                 rescore.append((job, fit))
                 continue
             waiting.append((job, entry))
         made = self._entries(snapshot, rescore)
-        self._remember_all([job.job_id for job, _ in rescore], made)
-        known += [job for job, _ in rescore]
-        scored += made
+        kept.remember_all([job.job_id for job, _ in rescore], made)
+        more = [job for job, _ in rescore]
+        scored = made
         if waiting:
-            jobs = [job for job, _ in waiting]
-            rows = [entry for _, entry in waiting]
-            plain, moving = self._whole(snapshot, jobs, np.fromiter(map(_RATE, rows), float),
-                                        np.fromiter(map(_WEIGHT, rows), float))
-            for entry, p, m in zip(rows, plain.tolist(), moving.tolist(), strict=True):
+            pending = [job for job, _ in waiting]
+            entries = [entry for _, entry in waiting]
+            plain, moving = self._whole(snapshot, pending,
+                                        np.fromiter(map(_RATE, entries), float),
+                                        np.fromiter(map(_WEIGHT, entries), float))
+            for entry, p, m in zip(entries, plain.tolist(), moving.tolist(), strict=True):
                 entry.plain, entry.moving = p, m
-            known += jobs
-            scored += rows
-        scores = np.fromiter(map(_MOVING, scored), float, len(scored))
+            more += pending
+            scored = made + entries
+        # Read after the refreshed entries' rows were updated.
+        known = Ranking(jobs, np.flatnonzero(hit), more)
+        scores = np.concatenate((kept.moving(rows[hit]),
+                                 np.fromiter(map(_MOVING, scored), float, len(scored))))
         if snapshot.resident:
             # Loaded on a free slot: no move, so no discount for one.
             at = np.flatnonzero(np.fromiter(map(snapshot.resident.__contains__, map(_ID, known)),
                                             bool, len(known)))
             if len(at):
-                plain = np.fromiter((scored[i].plain for i in at), float, len(at))
-                scores[at] = plain * switch_discounts(snapshot, [known[i] for i in at])
+                picked = [known[i] for i in at.tolist()]
+                plain = np.fromiter((memo[job.job_id].plain for job in picked), float, len(at))
+                scores[at] = plain * switch_discounts(snapshot, picked)
         return known, scores, new
 
     def _whole(self, snapshot: Snapshot, jobs: Sequence[JobView], rate: np.ndarray,
@@ -258,23 +264,6 @@ class SlaqPolicy:
         las = self.new_job_gain / (attained + snapshot.chunk_seconds)
         plain = (1 - blend) * rate + blend * las
         return plain, plain * switch_discounts(snapshot, jobs, frozenset())
-
-    def _remember_all(self, job_ids: list[int], entries: list[Scored]) -> None:
-        """:meth:`_remember` for many jobs (all with views), mostly in C."""
-        by_view = self._by_view
-        for old in map(self._memo.get, job_ids):
-            if old is not None and old.view is not None:
-                del by_view[id(old.view)]
-        self._memo.update(zip(job_ids, entries, strict=True))
-        by_view.update(zip(map(id, map(_VIEW, entries)), entries, strict=True))
-
-    def _remember(self, job_id: int, entry: Scored) -> None:
-        old = self._memo.get(job_id)
-        if old is not None and old.view is not None:
-            del self._by_view[id(old.view)]
-        self._memo[job_id] = entry
-        if entry.view is not None:
-            self._by_view[id(entry.view)] = entry
 
     def _score(self, snapshot: Snapshot, job: JobView, fit: CurveFit) -> float:
         """One job's index blended with LAS, per slot-second (before its tenant's weight)."""
@@ -373,6 +362,4 @@ class SlaqPolicy:
         if max(len(self._memo), len(self.predictor)) > 2 * len(snapshot.jobs) + 64:
             present = [job.job_id for job in snapshot.jobs]
             self.predictor.forget_except(present)
-            keep = set(present)
-            self._memo = {k: v for k, v in self._memo.items() if k in keep}
-            self._by_view = {id(v.view): v for v in self._memo.values() if v.view is not None}
+            self._kept.keep_only(present)

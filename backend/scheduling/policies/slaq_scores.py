@@ -5,7 +5,7 @@ drop and the lazy best-first order of thousands of scores."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from operator import attrgetter
 
@@ -78,7 +78,7 @@ def total_drops(initial: np.ndarray, shown: np.ndarray, floor: np.ndarray, cap: 
                         shown)
 
 
-def best_first(jobs: list[JobView], scores: np.ndarray, wanted: int
+def best_first(jobs: Sequence[JobView], scores: np.ndarray, wanted: int
                ) -> Iterator[tuple[JobView, float]]:
     """``jobs`` by score, highest first, ties to the longest-waiting job, then
     the lowest id; lazily.
