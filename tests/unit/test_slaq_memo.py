@@ -82,3 +82,14 @@ def test_ranking_reads_positions_then_more() -> None:
     assert [ranking[i].job_id for i in range(3)] == [4, 1, 9]
     assert ranking[-1] is extra and [j.job_id for j in ranking[1:]] == [1, 9]
     assert [j.job_id for j in ranking.plus([jobs[0]])] == [4, 1, 9, 0]
+
+
+def test_newest_points_mask_and_mean_match_the_recent_offset() -> None:
+    from backend.scheduling.predictor.windows import _mean_over, _newest_points, _recent_offset
+
+    used = np.array([[True, True, True, True, False], [True, True, False, False, False]])
+    resid = np.array([[9.0, 1.0, 2.0, 3.0, 7.0], [4.0, 6.0, 8.0, 8.0, 8.0]])
+    newest = _newest_points(used)
+    assert newest.tolist() == [[False, True, True, True, False], [True, True, False, False, False]]
+    assert _mean_over(resid, newest).tolist() == [2.0, 5.0]
+    assert _recent_offset(resid, used).tolist() == [2.0, 5.0]

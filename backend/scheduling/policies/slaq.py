@@ -19,7 +19,14 @@ from backend.scheduling.policies.slaq_scores import (
     planned_iterations,
     total_drops,
 )
-from backend.scheduling.predictor import CurveFit, LossPredictor, drop_model, rising_level
+from backend.scheduling.predictor import (
+    PENDING,
+    UNKNOWN,
+    CurveFit,
+    LossPredictor,
+    drop_model,
+    rising_level,
+)
 from backend.scheduling.residency import switch_discounts
 from backend.scheduling.types import Grant, JobView, Snapshot
 
@@ -208,24 +215,23 @@ class SlaqPolicy:
                 kept.changed(view.job_id, entry)
         waiting: list[tuple[JobView, Scored]] = []  # not fitted yet: scored anew each call
         for job, fit in zip(changed, fits, strict=True):
-            if not fit.known:
+            # ``fit.known`` and ``fit.pending`` inline: hundreds of jobs a decision.
+            family = fit.family
+            if family == UNKNOWN:
                 new.append(job)
+                continue
+            if family != PENDING:
+                rescore.append((job, fit))
                 continue
             entry = memo.get(job.job_id)
             remaining = job.max_iterations - job.iterations_done
             if entry is None or entry.fit is not fit or entry.remaining != remaining \
                     or entry.newest != job.history.newest_iteration:
-                if not fit.pending:
-                    rescore.append((job, fit))
-                    continue
                 # Nothing known of its curve yet: least attained service, fully
                 # (no view, so it is handed to the predictor again).
                 entry = Scored(None, fit, remaining, job.history.newest_iteration,
                                 planned_iterations(snapshot, job, fit), 0.0, 1.0, 0.0)
                 kept.remember(job.job_id, entry)
-            elif not fit.pending:
-                rescore.append((job, fit))
-                continue
             waiting.append((job, entry))
         made = self._entries(snapshot, rescore)
         kept.remember_all([job.job_id for job, _ in rescore], made)
@@ -343,11 +349,12 @@ class SlaqPolicy:
 
     def _explained(self, ordered: Iterator[tuple[JobView, float]]) -> Iterator[Ranked]:
         # Reasons are formatted lazily: only the jobs fill_slots looks at pay for it.
+        memo = self._kept.entries
         for rank, (job, score) in enumerate(ordered, start=1):
-            entry = self._memo.get(job.job_id) if job.history.size else None
+            entry = memo.get(job.job_id) if job.history.size else None
             if entry is None:
                 yield job, f"rank {rank}: new job, assumed gain {self.new_job_gain:g}", None
-            elif entry.fit.pending:
+            elif entry.fit.family == PENDING:
                 yield job, (f"rank {rank}: curve not fitted yet (the scheduler is catching up), "
                             f"least attained service meanwhile ({score:.3g} per slot-second)"), None
             else:

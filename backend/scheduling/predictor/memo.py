@@ -28,7 +28,8 @@ from backend.scheduling.predictor.fit import (
 from backend.scheduling.predictor.windows import (
     _Figures,
     _holdout_errors,
-    _recent_offset,
+    _mean_over,
+    _newest_points,
     _smooth,
     _tracked_errors,
     _Windows,
@@ -228,10 +229,12 @@ class LossPredictor:
         used = w > 0
         weight_sum = np.maximum(w.sum(1), 1e-12)
         level = np.empty((len(batch.jobs), len(FAMILIES)))  # scaled loss now, re-anchored
+        newest = _newest_points(used)  # the same for every family
+        ones = np.ones((len(batch.jobs), 1))
         for f, fit in enumerate(full):
             pred = evaluate(fit.family, fit.params, x)
-            now = evaluate(fit.family, fit.params, np.ones((len(batch.jobs), 1)))[:, 0]
-            level[:, f] = now + _recent_offset(y - pred, used)
+            now = evaluate(fit.family, fit.params, ones)[:, 0]
+            level[:, f] = now + _mean_over(y - pred, newest)
         sse = np.stack([fit.sse for fit in full], 1)
         noise = np.sqrt(sse / weight_sum[:, None])
         floors = np.stack([asymptote(fit.family, fit.params) for fit in full], 1)
@@ -241,12 +244,12 @@ class LossPredictor:
                    noise.tolist(), floors.tolist(), np.isfinite(sse).tolist(),
                    np.stack([fit.params for fit in full], 1).tolist(), batch.k0.tolist(),
                    batch.span.tolist(), batch.lo.tolist(), batch.height.tolist(), strict=True)
+        fits = self._fits
         for i, (job, figures, base) in enumerate(zip(batch.jobs, map(_Figures._make, rows), bases,
                                                      strict=True)):
-            self._fits[job.job_id] = self._choose(
-                figures, batch.y[i, max(int(batch.count[i]) - 8, 0):batch.count[i]], base)
+            fits[job.job_id] = self._choose(figures, batch, i, base)
 
-    def _choose(self, fig: _Figures, newest_y: np.ndarray, base: dict[str, Any]) -> CurveFit:
+    def _choose(self, fig: _Figures, batch: _Windows, i: int, base: dict[str, Any]) -> CurveFit:
         """The fit of the valid family with the lowest smoothed out-of-sample
         error, from ``base`` (:meth:`_statistics`, which this overwrites)."""
         alpha = self.config.smoothing
@@ -258,6 +261,8 @@ class LossPredictor:
             # No decreasing curve fits: the job looks converged. The base's
             # drift is the few-points fallback's deliberately optimistic 5% an
             # iteration, which would make a flat job look wildly uncertain.
+            # (The window's newest points, sliced only here: most fits are valid.)
+            newest_y = batch.y[i, max(int(batch.count[i]) - 8, 0):batch.count[i]]
             base.update(family=FLAT, errors=errors, drift=0.0,
                         noise=fig.height * float(np.std(newest_y)))
             return CurveFit(**base)

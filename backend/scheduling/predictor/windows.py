@@ -222,6 +222,16 @@ def _smooth(previous: float, new: float, alpha: float) -> float:
 
 def _recent_offset(resid: np.ndarray, used: np.ndarray) -> np.ndarray:
     """Mean residual of each row's newest three used points (re-anchoring offset)."""
+    return _mean_over(resid, _newest_points(used))
+
+
+def _newest_points(used: np.ndarray) -> np.ndarray:
+    """Each row's newest ``_ANCHOR_POINTS`` used points, as a mask (a refit
+    re-anchors every family at the same points, so it is made once)."""
     rank = np.where(used, used[:, ::-1].cumsum(1)[:, ::-1], 0)
-    newest = used & (rank <= _ANCHOR_POINTS)
+    return used & (rank <= _ANCHOR_POINTS)
+
+
+def _mean_over(resid: np.ndarray, newest: np.ndarray) -> np.ndarray:
+    """Mean residual of each row over the ``newest`` mask (at least one point counted)."""
     return (resid * newest).sum(1) / np.maximum(newest.sum(1), 1)
