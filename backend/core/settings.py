@@ -58,8 +58,11 @@ class Settings(BaseSettings):
     scheduler_standby_poll_seconds: float = Field(
         0.25, gt=0, description="How often a standby scheduler tries to take the lock")
     policy: str = Field("slaq", description="Active scheduling policy at first start")
+    # backend.scheduling.guards.DEFAULT_COMPLETION_GUARD, written out: core
+    # imports nothing else of the portal (tests/unit/test_layers.py), and a
+    # unit test holds the two equal.
     completion_guard: float = Field(
-        0.25, ge=0, le=1,
+        0.4, ge=0, le=1,
         description="slaq's completion-time guard at first start: the share of a round-robin "
         "turn every job is guaranteed (0 off: quality first; 1: as often as round-robin, "
         "mean completion near fair). A platform admin changes it on the admin page")

@@ -27,6 +27,14 @@ from dataclasses import dataclass
 
 from backend.scheduling.types import JobView, Snapshot
 
+DEFAULT_COMPLETION_GUARD = 0.4
+"""The service floor's ``fraction`` unless an operator sets another
+(``COMPLETION_GUARD``, the admin page): the tuning rule of
+docs/scheduling.md, "The frontier against las, and the default guard".
+The simulators read it from here; the portal's setting
+(``backend.core.settings``, which may not import this layer) repeats it,
+held equal by a unit test."""
+
 Ranked = tuple[JobView, str, float | None]
 """A job in a policy's preferred order, with the reason and predicted gain for its grant."""
 
@@ -79,7 +87,7 @@ class ServiceFloor:
     (3.6 s); with 2 runnable jobs the bound is 4 chunk lengths.
     """
 
-    fraction: float = 0.25
+    fraction: float = DEFAULT_COMPLETION_GUARD
 
     def wait_seconds(self, snapshot: Snapshot) -> float | None:
         if self.fraction <= 0:

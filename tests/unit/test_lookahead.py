@@ -186,6 +186,15 @@ def test_service_floor_on_a_snapshot() -> None:
     assert [g.job_id for g in SlaqPolicy().allocate(s)] == [1]
 
 
+def test_the_portals_default_guard_is_the_service_floors() -> None:
+    # The setting repeats the default (core may not import the scheduling layer).
+    from backend.core.settings import Settings
+    from backend.scheduling.guards import DEFAULT_COMPLETION_GUARD
+
+    assert ServiceFloor().fraction == DEFAULT_COMPLETION_GUARD == 0.4
+    assert Settings.model_fields["completion_guard"].default == DEFAULT_COMPLETION_GUARD
+
+
 def test_completion_guard_setting_reaches_the_service_floor() -> None:
     # The admin's setting, through the registry: at 0.5 the flat tail that has
     # waited longest is served first by the floor; at 0 (off) a job still
