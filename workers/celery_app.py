@@ -122,11 +122,12 @@ def _start_main_process(**_: Any) -> None:
     settings = get_settings()
     lower_session_group(settings.worker_nice)
     preload_datasets()
-    # Every trainer class (torch and plugins included) imported once here, so a
-    # slot's first job does not pay ~0.8 s of torch import in its switch cost.
-    from workers.trainers.registry import trainers
+    if settings.worker_preload_trainers:
+        # Every trainer class (torch and plugins included) imported once here, so a
+        # slot's first job does not pay ~0.8 s of torch import in its switch cost.
+        from workers.trainers.registry import trainers
 
-    trainers()
+        trainers()
     if settings.worker_metrics_port:
         from workers.metrics import serve
 

@@ -95,6 +95,10 @@ class Settings(BaseSettings):
         "request waits on the pool. The work is mostly Python under one lock, and every "
         "thread beyond a few adds CPU per request (a 20-job list: 5.5 ms alone, 7.8 ms with "
         "4 threads, 11.6 ms with 16); scale with API_PROCESSES instead")
+    worker_preload_trainers: bool = Field(
+        True, description="Import every trainer class (PyTorch's and plugins') in a worker's "
+        "main process before its slots start, so no slot's first job pays it (1-2 s of CPU); "
+        "off, a slot imports PyTorch with its first PyTorch job")
     worker_nice: int = Field(
         10, ge=0, le=19,
         description="Scheduling niceness of worker processes (and of a worker's session "

@@ -247,7 +247,7 @@ def _measure(db: str, db_url: str, redis_url: str, root: Path, seconds: float,
              processes: int, runs: Sequence[str]) -> None:
     print(f"\n{db}, {processes} API process(es): {ACTIVE_JOBS} jobs training on 2 worker "
           f"slots, {seconds:.0f} s per run")
-    portal = start_portal(idle_chunks=True,
+    portal = start_portal(as_deployed=True,
                           data_dir=root, db_url=db_url, redis_url=redis_url, workers=2,
                           policy="slaq", extra_env={"LOG_LEVEL": "WARNING",
                                                     "API_PROCESSES": str(processes)})

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="slaq-latency-") as tmp, \
             test_redis(Path(tmp) / "redis", BENCH_REDIS_DB) as redis_url:
         data = Path(tmp) / "portal"
-        portal = start_portal(idle_chunks=True,
+        portal = start_portal(as_deployed=True,
                               data_dir=data, db_url=f"sqlite:///{data}/bench.db",
                               redis_url=redis_url, workers=args.workers)
         try:

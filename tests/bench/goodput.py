@@ -92,7 +92,7 @@ class Figures:
 def portal_for(root: Path, redis_url: str, policy: str,
                chunk_seconds: float) -> Iterator[tuple[Portal, httpx.Client]]:
     db_url = f"sqlite:///{root / 'bench.db'}"
-    portal = start_portal(idle_chunks=True,
+    portal = start_portal(as_deployed=True,
                           data_dir=root, db_url=db_url, redis_url=redis_url, workers=SLOTS,
                           policy=policy,
                           extra_env={"CHUNK_SECONDS": str(chunk_seconds), "LOG_LEVEL": "WARNING",

@@ -173,7 +173,7 @@ def run_live(policy: str, trace: Trace, arrivals: list[Arrival], chunk_seconds: 
     jobs' curves and the live chunks' costs and delays (:func:`chunk_costs`)."""
     data = root / policy
     db_url = f"sqlite:///{data / 'live.db'}"
-    portal = start_portal(idle_chunks=True,
+    portal = start_portal(as_deployed=True,
                           data_dir=data, db_url=db_url, redis_url=redis_url, workers=SLOTS,
                           policy=policy, extra_env={"CHUNK_SECONDS": str(chunk_seconds),
                                                     "LOG_LEVEL": "WARNING"})

@@ -118,7 +118,7 @@ def jobs_page_ms(portal: Portal, repeat: int = 5) -> list[float] | None:
 def measure(size: int, root: Path, redis_url: str, window: float) -> dict[str, Any]:
     data = root / f"n{size}"
     # The live default chunk length (the tests' portals use shorter chunks).
-    portal: Portal = start_portal(idle_chunks=True,
+    portal: Portal = start_portal(as_deployed=True,
                                   data_dir=data, db_url=f"sqlite:///{data / 'slaq.db'}",
                                   redis_url=redis_url, workers=2, policy="slaq",
                                   extra_env={"CHUNK_SECONDS": os.environ.get(

@@ -84,7 +84,7 @@ def main() -> None:
     spec = docs_spec()
     with tempfile.TemporaryDirectory() as tmp, test_redis(Path(tmp), TEST_REDIS_DB) as redis:
         data = Path(tmp) / "portal"
-        portal = start_portal(idle_chunks=True,
+        portal = start_portal(as_deployed=True,
                               data_dir=data, db_url=f"sqlite:///{Path(tmp) / 'portal.db'}",
                               redis_url=redis, workers=args.workers, policy="slaq")
         try:

@@ -31,7 +31,7 @@ def portal(module_db_url: str, redis_url: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Portal]:
     """The conftest's portal with the deployed default chunks (its ``api`` uses this one)."""
     running = start_portal(data_dir=tmp_path_factory.mktemp("idle"), db_url=module_db_url,
-                           redis_url=redis_url, idle_chunks=True)
+                           redis_url=redis_url, as_deployed=True)
     try:
         yield running
     finally:
