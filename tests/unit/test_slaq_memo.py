@@ -93,3 +93,14 @@ def test_newest_points_mask_and_mean_match_the_recent_offset() -> None:
     assert newest.tolist() == [[False, True, True, True, False], [True, True, False, False, False]]
     assert _mean_over(resid, newest).tolist() == [2.0, 5.0]
     assert _recent_offset(resid, used).tolist() == [2.0, 5.0]
+
+
+def test_keep_only_keeps_an_entry_without_a_view_and_gives_it_no_row() -> None:
+    kept = KeptScores()
+    seen = view(1)
+    kept.remember(1, entry(seen, 0.5))
+    kept.remember(2, entry(None, 0.25))  # its fit still pending: no view
+    kept.keep_only([1, 2])
+    assert sorted(kept.entries) == [1, 2] and kept.entries[2].view is None
+    assert kept._row_of_view.keys() == {id(seen)}
+    assert kept.moving(kept.rows([seen])).tolist() == [0.5]

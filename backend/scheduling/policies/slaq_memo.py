@@ -100,7 +100,10 @@ class KeptScores:
         keep = set(job_ids)
         entries = {k: v for k, v in self.entries.items() if k in keep}
         self.clear()
-        self.remember_all(list(entries), list(entries.values()))
+        # An entry without a view (a fit still pending) has no row to find.
+        viewed = {k: v for k, v in entries.items() if v.view is not None}
+        self.remember_all(list(viewed), list(viewed.values()))
+        self.entries.update(entries)
 
 
 @dataclass(frozen=True)
