@@ -55,6 +55,9 @@ STREAM_MAXLEN = 20_000
 STREAM_FLUSH_SECONDS = 0.2
 STATUS_CHECK_SECONDS = 1.0
 """How often a running chunk looks whether its job was paused or cancelled."""
+WANTED_CHECK_SECONDS = 0.2
+"""How often a lengthened chunk past its yield point looks whether a job waits
+for a slot (one Redis read): the wait it adds to an arrival's."""
 COMMIT_ATTEMPTS = 5
 """Tries at storing a chunk while API status changes (pause, cancel) keep racing it."""
 
@@ -115,7 +118,11 @@ class ChunkContext:
     (:func:`workers.resident.cadence_seconds`)."""
 
 
-def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> ChunkOutcome:
+def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int,
+              yield_after: int = 0) -> ChunkOutcome:
+    """Run ``budget`` iterations of ``job_id`` granted as chunk ``chunk_seq``;
+    ``yield_after`` (> 0: a chunk lengthened while slots idled) ends it after
+    that many once the scheduler says a job waits for a slot."""
     began = time.perf_counter()
     leases = Leases(ctx.redis, ctx.keys)
     slot = local_slot_id()
@@ -131,18 +138,18 @@ def run_chunk(ctx: ChunkContext, job_id: int, chunk_seq: int, budget: int) -> Ch
             leases.release(job_id, chunk_seq)
             return ChunkOutcome(job_id, chunk_seq, Outcome.discarded, "job moved on")
     with SLOT.lock:
-        return _run_on_slot(ctx, job, chunk_seq, budget, leases, slot, began)
+        return _run_on_slot(ctx, job, chunk_seq, budget, leases, slot, began, yield_after)
 
 
 def _run_on_slot(ctx: ChunkContext, job: Job, seq: int, budget: int, leases: Leases,
-                 slot: str, began: float) -> ChunkOutcome:
+                 slot: str, began: float, yield_after: int = 0) -> ChunkOutcome:
     job_id = job.id or 0
     writer = StateWriter(ctx, slot)
     res, how = _trainer_for(ctx, job, writer)
     if isinstance(res, _Run):  # could not start: fails this job only
         run = res
     else:
-        run = _train(ctx, job, seq, budget, res, how, leases)
+        run = _train(ctx, job, seq, budget, res, how, leases, yield_after)
         _settle(ctx, writer, res, run)
     if run.abandoned:
         _drop(writer, run)  # another slot may own the job by now
@@ -225,7 +232,7 @@ def _output_of(source: object) -> str | None:
 
 
 def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, res: Resident, how: str,
-           leases: Leases) -> _Run:
+           leases: Leases, yield_after: int = 0) -> _Run:
     start = res.iteration
     if how == "restored":
         # A job that moved re-runs from its checkpoint to where it was, then
@@ -234,7 +241,9 @@ def _train(ctx: ChunkContext, job: Job, seq: int, budget: int, res: Resident, ho
     rule = StopRule(job.max_iterations, job.target_loss, job.tolerance,
                     job.convergence_window, job.quality_metric)
     history, quality_history = _recent(ctx, job, rule, start)
-    live = _LiveTicker(ctx, job.id or 0, seq, leases)
+    # Counted from where the grant's progress begins (past a restore's re-run).
+    yield_at = max(job.iterations_done, start) + yield_after if yield_after > 0 else None
+    live = _LiveTicker(ctx, job.id or 0, seq, leases, yield_at)
     if not live.renew():
         # Claimed before the trainer's start (a sandbox, a restore), which may
         # have taken most of the lease: a first step that hangs until its
@@ -336,11 +345,15 @@ def _load_trainer(ctx: ChunkContext, job: Job) -> Trainer:
 
 class _LiveTicker:
     """Between iterations: stream new points for live charts, keep the lease,
-    and end the chunk early once the job is paused or cancelled."""
+    and end the chunk early once the job is paused or cancelled, or, for a
+    lengthened chunk past its yield point, once a job waits for a slot."""
 
-    def __init__(self, ctx: ChunkContext, job_id: int, seq: int, leases: Leases) -> None:
+    def __init__(self, ctx: ChunkContext, job_id: int, seq: int, leases: Leases,
+                 yield_at: int | None = None) -> None:
         self.ctx, self.job_id, self.seq, self.leases = ctx, job_id, seq, leases
+        self.yield_at = yield_at
         self.last_flush = self.last_renew = self.last_status = time.monotonic()
+        self.last_wanted = float("-inf")
         self.flushed = 0
 
     def tick(self, run: Iterations) -> bool:
@@ -356,10 +369,22 @@ class _LiveTicker:
             with Session(self.ctx.engine) as session:
                 status = session.execute(select(col(Job.status))
                                          .where(col(Job.id) == self.job_id)).scalar()
-            run.wind_down = status in (JobStatus.paused, JobStatus.cancelled)
+            run.wind_down = run.wind_down or status in (JobStatus.paused, JobStatus.cancelled)
+        if self.yield_at is not None and run.iteration >= self.yield_at and \
+                now - self.last_wanted >= WANTED_CHECK_SECONDS:
+            self.last_wanted = now
+            run.wind_down = run.wind_down or self._slot_wanted()
         if now - self.last_renew >= self.ctx.lease_seconds / 3:
             return self.renew()
         return True
+
+    def _slot_wanted(self) -> bool:
+        """Whether the scheduler says a job waits for a slot; a Redis outage
+        reads as no (the chunk runs out, as before lengthened chunks yielded)."""
+        try:
+            return bool(self.ctx.redis.exists(self.ctx.keys.slots_wanted))
+        except redis.RedisError:
+            return False
 
     def renew(self) -> bool:
         """Extend the lease to a whole one from now; False when it was lost."""

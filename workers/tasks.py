@@ -60,11 +60,12 @@ def _write_resident(**_: Any) -> None:
 
 
 @celery_app.task(name=RUN_CHUNK_TASK, acks_late=True)
-def run_chunk_task(job_id: int, chunk_seq: int, budget: int) -> None:
-    """Run one granted chunk; safe to deliver twice (fenced by lease and seq)."""
+def run_chunk_task(job_id: int, chunk_seq: int, budget: int, yield_after: int = 0) -> None:
+    """Run one granted chunk; safe to deliver twice (fenced by lease and seq).
+    ``yield_after`` defaults for messages sent before it existed."""
     ctx = _context()
     try:
-        done = run_chunk(ctx, int(job_id), int(chunk_seq), int(budget))
+        done = run_chunk(ctx, int(job_id), int(chunk_seq), int(budget), int(yield_after))
     except Exception:
         count_error(ctx.redis, ctx.keys)
         raise

@@ -26,6 +26,13 @@ class RedisKeys:
         """List: any push wakes the scheduler (arrivals, completions, admin changes)."""
         return f"{self.prefix}:wake"
 
+    @property
+    def slots_wanted(self) -> str:
+        """String with TTL, set by the scheduler while a job waits for a slot that
+        none is free for: chunks lengthened while slots were idle end at their
+        yield points (``backend.scheduling.residency.unhurried``)."""
+        return f"{self.prefix}:slots:wanted"
+
     def lease(self, job_id: int) -> str:
         """String with TTL: the chunk_seq currently allowed to run ``job_id``."""
         return f"{self.prefix}:lease:{job_id}"

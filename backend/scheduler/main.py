@@ -34,10 +34,11 @@ def make_scheduler(owner: str = "", may_grant: Callable[[], bool] = lambda: True
 
     settings = get_settings()
 
-    def send(job_id: int, chunk_seq: int, iterations: int, pool: str, queue: str = "") -> None:
+    def send(job_id: int, chunk_seq: int, iterations: int, pool: str, queue: str = "",
+             yield_after: int = 0) -> None:
         # A slot's own queue when placement named one (the job's trainer may be
         # resident there), else any slot of the pool.
-        celery_app.send_task(RUN_CHUNK_TASK, args=[job_id, chunk_seq, iterations],
+        celery_app.send_task(RUN_CHUNK_TASK, args=[job_id, chunk_seq, iterations, yield_after],
                              queue=queue or pool_queue(get_keys(), pool))
 
     return Scheduler(engine=get_engine(), client=get_redis(), keys=get_keys(), send=send,

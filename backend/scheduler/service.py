@@ -49,7 +49,7 @@ from backend.scheduling.explain import MetricNamedPolicy, explain_waiting, wait_
 from backend.scheduling.placement import pool_waits
 from backend.scheduling.predictor import LossPredictor, curve_rows, default_horizon
 from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, make_policy
-from backend.scheduling.residency import IDLE_CHUNK_FACTOR, SlotView
+from backend.scheduling.residency import IDLE_CHUNK_FACTOR, SlotView, slots_wanted
 from backend.scheduling.round import (
     BACKLOG_PREFIX,
     HELD_BACK_EXPLAINED,
@@ -77,6 +77,8 @@ __all__ = ["BACKLOG_LENGTH", "BACKLOG_PREFIX", "HELD_BACK_EXPLAINED", "Scheduler
            "wait_for_wake"]
 # Round durations kept in Redis for the cluster page and benchmarks.
 ROUNDS_KEPT = 200
+WANTED_TTL_MS = 10_000
+"""How long the word that a job waits for a slot outlives the round that said it."""
 # Chunks whose wall time (dispatch to lease gone) the wait estimates average.
 CHUNK_TIMES_KEPT = 50
 
@@ -85,7 +87,7 @@ class ChunkSender(Protocol):
     """Sends a chunk to ``queue`` (a slot's own) when given, else to the pool's queue."""
 
     def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str,
-                 queue: str = "") -> None: ...
+                 queue: str = "", yield_after: int = 0) -> None: ...
 
 
 @dataclass
@@ -149,6 +151,9 @@ class Scheduler:
         # Job id -> iterations of its last grant cut off at a rung of its
         # experiment's rule, granted again once the rule has kept it.
         self._owed: dict[int, Owed] = {}
+        # Job id -> tenant of each lengthened chunk in flight (it may yield).
+        self._yielding: dict[int, int] = {}
+        self._wanted_published = False
 
     def stand_by(self) -> None:
         """Drop the in-memory state while another scheduler grants: events would
@@ -256,6 +261,7 @@ class Scheduler:
             self._backlog = backlog(policy, snapshot, standings=self.stopper.standings)
             self._backlog_basis = (choice, tenants, self.state.arrivals)
             self._explain(policy, snapshot, {g.job_id for g in dispatched})
+            self._publish_wanted(snapshot, live | {g.job_id for g in dispatched})
             if self.may_grant():
                 self._publish_status(name, slots, free, len(self.state.rows), dispatched,
                                      granted_ms, (time.perf_counter() - began) * 1000)
@@ -491,7 +497,10 @@ class Scheduler:
         # Lease before message: a worker only runs a chunk whose lease it sees.
         self.leases.acquire(grant.job_id, seq, self.lease_seconds)
         self.send(grant.job_id, seq, grant.iterations, grant.pool,
-                  queue=slot.queue if slot is not None else "")
+                  queue=slot.queue if slot is not None else "",
+                  yield_after=grant.yield_after or 0)
+        if grant.yield_after is not None:
+            self._yielding[grant.job_id] = row.tenant_id
         publish_job_event(self.redis, self.keys, job_id=grant.job_id, tenant_id=row.tenant_id,
                           status=JobStatus.running, reason=grant.reason)
         return True
@@ -610,6 +619,23 @@ class Scheduler:
                         fitted_at=now)
             for fit in fits if fit.job_id in max_iterations
         ])
+
+    def _publish_wanted(self, snapshot: Snapshot, in_flight: set[int]) -> None:
+        """Tell lengthened chunks in flight to yield while a job waits for a
+        slot (Redis ``slots_wanted``, refreshed each round, gone a while after
+        this scheduler stops); clear it once none waits or none can yield."""
+        self._yielding = {j: t for j, t in self._yielding.items() if j in in_flight}
+        wanted = bool(self._yielding) and slots_wanted(snapshot, set(self._yielding.values()))
+        if not (wanted or self._wanted_published) or not self.may_grant():
+            return
+        try:
+            if wanted:
+                self.redis.set(self.keys.slots_wanted, "1", px=WANTED_TTL_MS)
+            else:
+                self.redis.delete(self.keys.slots_wanted)
+            self._wanted_published = wanted
+        except redis.RedisError as exc:
+            log.warning("could not publish whether slots are wanted: %s", exc)
 
     def _publish_status(self, policy: str, slots: int, free: int, runnable: int,
                         grants: list[Grant], granted_ms: float, round_ms: float) -> None:

@@ -20,7 +20,7 @@ on), and no job's resident trainer is moved.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
@@ -133,7 +133,10 @@ def unhurried(grant: Grant, job: JobView, chunk_seconds: float,
               factor: float = IDLE_CHUNK_FACTOR) -> Grant:
     """``grant`` as long as ``factor`` chunks, for a round that leaves slots
     idle with every waiting job granted: nobody waits for this slot, and a
-    job that arrives finds an idle one.
+    job that arrives finds an idle one. The lengthened grant yields: once a
+    job waits for a slot, it ends where the grant it was lengthened from
+    would have (``yield_after``), so arrivals past the idle slots wait no
+    longer than they would for a plain chunk.
 
     Every chunk costs a commit and a dispatch (20-60 ms live, whatever the
     model), so a job alone on the cluster trains in 1 s chunks at 94-97%
@@ -147,7 +150,35 @@ def unhurried(grant: Grant, job: JobView, chunk_seconds: float,
         return grant
     wanted = int(factor * chunk_seconds / spi)
     iterations = min(max(grant.iterations, wanted), max(job.remaining_iterations, 1))
-    return grant if iterations == grant.iterations else replace(grant, iterations=iterations)
+    if iterations == grant.iterations:
+        return grant
+    return replace(grant, iterations=iterations, yield_after=grant.iterations)
+
+
+def yielding(grant: Grant) -> Grant:
+    """``grant`` without a yield point it cannot reach (cut at or below it)."""
+    if grant.yield_after is not None and grant.yield_after >= grant.iterations:
+        return replace(grant, yield_after=None)
+    return grant
+
+
+def slots_wanted(snapshot: Snapshot, yielding: Collection[int] = ()) -> bool:
+    """True when a waiting job cannot start now and a lengthened chunk ending
+    would let it: no slot is free and its tenant is below its ``max_slots``,
+    or its tenant (one of ``yielding``, the tenants holding lengthened chunks)
+    holds the chunk it waits for, at its quota or with no slot free.
+    Lengthened chunks in flight then end at their yield points."""
+    free = snapshot.free_slots > 0
+    running = snapshot.running_by_tenant()
+    for job in snapshot.jobs:
+        if job.running or job.remaining_iterations <= 0:
+            continue
+        at_quota = running.get(job.tenant_id, 0) >= snapshot.tenant(job.tenant_id).max_slots
+        if job.tenant_id in yielding and (at_quota or not free):
+            return True
+        if not free and not at_quota:
+            return True
+    return False
 
 
 def switch_charge(snapshot: Snapshot, job: JobView) -> float:

@@ -46,6 +46,7 @@ from backend.scheduling.residency import (
     amortised,
     assign_slots,
     unhurried,
+    yielding,
 )
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
 
@@ -253,7 +254,7 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
             if idle:
                 grant = unhurried(grant, job, snapshot.chunk_seconds, idle_factor)
             if cut is not None:
-                grant = cut(grant, job)
+                grant = yielding(cut(grant, job))
         out.append((grant, slot))
     return Decided(out, rejected, unplaced, asked)
 

@@ -46,6 +46,7 @@ those of the plain simulator.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time as wallclock
@@ -59,7 +60,12 @@ from backend.scheduling.loss_history import LossHistory, LossRing
 from backend.scheduling.placement import eligible_pools, refusal
 from backend.scheduling.policies.oracle import TrueCurve
 from backend.scheduling.registry import SIMULATION_ONLY, make_policy
-from backend.scheduling.residency import IDLE_CHUNK_FACTOR, SWITCH_SHARE, SlotView
+from backend.scheduling.residency import (
+    IDLE_CHUNK_FACTOR,
+    SWITCH_SHARE,
+    SlotView,
+    slots_wanted,
+)
 from backend.scheduling.round import (
     RANKING_EXTRA,
     Decided,
@@ -191,6 +197,12 @@ class SimJob:
     """It has started on a slot once, so its switch cost is measured."""
     moves: int = 0
     """Starts on a slot after its first."""
+    chunk_event: int = -1
+    """The sequence number of its chunk's completion event (a cut chunk's old one is stale)."""
+    yield_after: int | None = None
+    """Iterations after which its lengthened chunk in flight ends once a job waits."""
+    chunk_overhead: float = 0.0
+    chunk_log_index: int | None = None
     _view: JobView | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -369,13 +381,17 @@ def simulate(
     seq = len(jobs)
     finished = 0
     owed: dict[int, Owed] = {}  # job id -> what a cut at a rung took off its grant
+    yielders: dict[int, SimJob] = {}  # lengthened chunks in flight, before their yield point
     shares = warmup_shares(policy)
     while events:
         now = max(events[0][0], ready_at)
         ended: list[SimJob] = []
         while events and events[0][0] <= now:
-            at, kind, _, job_id = heapq.heappop(events)
+            at, kind, event, job_id = heapq.heappop(events)
             job = jobs[job_id]
+            if kind == _COMPLETE and event != job.chunk_event:
+                continue  # the chunk was cut short: it ended at its new end
+            yielders.pop(job_id, None)
             if kind == _ARRIVE:
                 active[job_id] = job
                 views[job_id] = job.view(speeds.get(job.kind))
@@ -421,6 +437,7 @@ def simulate(
                         waiting_for[name] -= 1
         if progress is not None and ended:
             progress(finished)
+        seq = _yield_if_wanted(yielders, views, config, free, now, events, seq, result)
         if free <= 0 or waiting <= 0:
             continue
         for job_kind in moved:
@@ -469,7 +486,13 @@ def simulate(
                 waiting_for[name] -= 1
             result.grants += 1
             seq += 1
+            job.chunk_event = seq
+            if job.yield_after is not None:
+                yielders[job.job_id] = job
+            if pool_name is not None:
+                job.chunk_log_index = len(result.chunk_log) - 1
             heapq.heappush(events, (end, _COMPLETE, seq, job.job_id))
+        seq = _yield_if_wanted(yielders, views, config, free, now, events, seq, result)
         for name, count in pool_free.items():
             if count > 0 and waiting_for[name] > 0:
                 result.left_free[name] = result.left_free.get(name, 0) + count
@@ -633,6 +656,10 @@ def _start(job: SimJob, grant: Grant, now: float, pool: str | None = None,
     job.iteration_times.extend((first + np.cumsum(secs)).tolist())
     job.running = True
     job.pending = count
+    job.yield_after = grant.yield_after
+    if job.yield_after is not None and job.yield_after >= count:
+        job.yield_after = None
+    job.chunk_overhead = overhead
     job.pool = pool
     job.speed = speed
     job.chunk_pools.append(pool or "")
@@ -641,6 +668,58 @@ def _start(job: SimJob, grant: Grant, now: float, pool: str | None = None,
     duration = overhead + compute
     job.attained += duration if attained_overhead else compute
     return now + duration
+
+
+def _yield_if_wanted(yielders: dict[int, SimJob], views: Mapping[int, JobView],
+                     config: SimConfig, free: int, now: float,
+                     events: list[tuple[float, int, int, int]], seq: int,
+                     result: SimResult) -> int:
+    """Where a job waits that a lengthened chunk ending would let run, end every lengthened
+    chunk in flight (``yielders``, emptied) at its yield point, as live
+    workers do on the scheduler's word
+    (:func:`backend.scheduling.residency.slots_wanted`); returns the last
+    event sequence number used."""
+    if not yielders or not slots_wanted(Snapshot(
+            now=now, free_slots=free, total_slots=config.slots,
+            chunk_seconds=config.chunk_seconds, jobs=list(views.values()),
+            tenants=config.tenants), {job.tenant_id for job in yielders.values()}):
+        return seq
+    for job in yielders.values():
+        end = _cut_short(job, now, result)
+        if end is not None:
+            seq += 1
+            job.chunk_event = seq
+            heapq.heappush(events, (end, _COMPLETE, seq, job.job_id))
+    yielders.clear()
+    return seq
+
+
+def _cut_short(job: SimJob, now: float, result: SimResult) -> float | None:
+    """End ``job``'s chunk in flight after its yield point, or after the
+    iteration running at ``now`` if that is later; its new end, ``None`` if
+    that is no sooner. Its attained service and its pool's busy time shrink
+    by the iterations dropped."""
+    times = job.iteration_times
+    first = len(times) - job.pending
+    limit = job.yield_after or job.pending
+    job.yield_after = None
+    # The iteration in progress at ``now`` ends; later ones are dropped.
+    keep = max(limit, bisect.bisect_left(times, now, lo=first) - first + 1)
+    if keep >= job.pending:
+        return None
+    old_end = times[-1] + job.chunk_overhead / 2
+    end = times[first + keep - 1] + job.chunk_overhead / 2
+    dropped = old_end - end
+    del times[first + keep:]
+    job.pending = keep
+    job.attained -= dropped
+    job._view = None
+    if job.pool is not None:
+        result.pool_busy[job.pool] -= dropped
+        if job.chunk_log_index is not None:
+            begin, _, pool = result.chunk_log[job.chunk_log_index]
+            result.chunk_log[job.chunk_log_index] = (begin, end, pool)
+    return end
 
 
 def _points(cache: dict[tuple[int, float], LossHistory], curve: TraceCurve,

@@ -179,7 +179,9 @@ class Grant:
 
     ``reason`` is a sentence a user can read ("largest predicted gain ...");
     ``predicted_gain`` is the normalised loss drop the policy expects, if it
-    predicts one.
+    predicts one. ``yield_after``: a chunk lengthened while slots stayed idle
+    ends after this many iterations once a job waits for a slot
+    (:func:`backend.scheduling.residency.unhurried`); ``None``: it runs out.
     """
 
     job_id: int
@@ -188,6 +190,7 @@ class Grant:
     predicted_gain: float | None = None
     # The pool placement put it on; policies leave it empty.
     pool: str = ""
+    yield_after: int | None = None
 
 
 class Policy(Protocol):

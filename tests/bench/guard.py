@@ -61,6 +61,7 @@ import numpy as np
 
 from backend.scheduling.metrics import figures
 from backend.scheduling.registry import GUARDED
+from backend.scheduling.residency import IDLE_CHUNK_FACTOR
 from backend.scheduling.simulator import SimConfig, build_policy, simulate
 from backend.scheduling.workload import generate_workload
 from tests.bench.quality import CHUNKS, LOADS, SLOTS, change, get_trace, run_tasks
@@ -72,7 +73,7 @@ TARGETS = {"contended_gain": 5.0, "worst_gain": -3.0, "mean_cost": 3.0, "worst_c
            "worst_t95": -5.0, "captured": 50.0}
 """Issue 39's targets, in the units of :func:`frontier`'s figures."""
 
-Task = tuple[str, int, float, float, int, tuple[float, ...], tuple[str, ...]]
+Task = tuple[str, int, float, float, int, tuple[float, ...], tuple[str, ...], float]
 Runs = dict[str, dict[str, float]]
 
 
@@ -88,10 +89,10 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
 def run_workload(task: Task) -> Runs:
     """fair, las and each guarded policy at each fraction on one workload;
     figures per run, keyed ``policy@fraction`` for the guarded ones."""
-    name, slots, load, chunk, seed, fractions, guarded = task
+    name, slots, load, chunk, seed, fractions, guarded, idle = task
     trace = get_trace(name)
     arrivals = generate_workload(trace, slots=slots, load=load, seed=seed, chunk_seconds=chunk)
-    config = SimConfig(slots=slots, chunk_seconds=chunk)
+    config = SimConfig(slots=slots, chunk_seconds=chunk, idle_factor=idle)
     out: Runs = {}
     runs = [(base, build_policy(base, trace, arrivals)) for base in ("fair", "las")] + [
         (f"{spec}@{fraction:g}",
@@ -302,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"guarded policies to run at each fraction, of {sorted(GUARDED)}; "
                         "oracle-mix as oracle-mix:<weight>")
     parser.add_argument("--procs", type=int, default=1, help="parallel worker processes")
+    parser.add_argument("--idle-factor", type=float, default=IDLE_CHUNK_FACTOR,
+                        help="chunks granted while slots stay idle are up to this many chunks "
+                        "long (the live IDLE_CHUNK_FACTOR; 1 = off)")
     parser.add_argument("--json-out", help="write the per-trace rows as JSON here")
     parser.add_argument("--chart", type=Path, default=Path("artifacts/guard_frontier.html"),
                         help="write the frontier chart (offline Plotly HTML) here")
@@ -313,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(err))
     started = time.perf_counter()
     fractions = tuple(args.fractions)
-    tasks: list[Task] = [(t, s, load, c, seed, fractions, tuple(args.policies))
+    tasks: list[Task] = [(t, s, load, c, seed, fractions, tuple(args.policies), args.idle_factor)
                          for t in args.traces
                          for s in args.slots for load in args.loads for c in args.chunks
                          for seed in args.seeds]

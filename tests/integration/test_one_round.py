@@ -38,7 +38,7 @@ CHUNK_SECONDS = 1.0
 
 class Sent(list[tuple[int, int]]):
     def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str = "",
-                 queue: str = "") -> None:
+                 queue: str = "", yield_after: int = 0) -> None:
         self.append((job_id, iterations))
 
 

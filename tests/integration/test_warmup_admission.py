@@ -23,7 +23,7 @@ SLOTS = 2
 
 class Sent(list[int]):
     def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str = "",
-                 queue: str = "") -> None:
+                 queue: str = "", yield_after: int = 0) -> None:
         self.append(job_id)
 
 

@@ -99,7 +99,7 @@ class OverGrant:
 
 class Sent(list[tuple[int, int, int]]):
     def __call__(self, job_id: int, chunk_seq: int, iterations: int, pool: str = "",
-                 queue: str = "") -> None:
+                 queue: str = "", yield_after: int = 0) -> None:
         self.append((job_id, chunk_seq, iterations))
 
 

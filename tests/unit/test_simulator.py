@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from backend.scheduling import simulator
 from backend.scheduling.metrics import figures
 from backend.scheduling.simulator import SimConfig, SimJob, SimResult, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve, load_trace, save_trace
@@ -244,3 +245,44 @@ def test_attained_service_counts_chunk_overhead_unless_told_not_to(overhead: boo
              SimConfig(slots=1, attained_overhead=overhead))
     per_chunk = 1.0 + (0.02 if overhead else 0.0)
     assert seen == pytest.approx([per_chunk * k for k in range(1, 6)])
+
+
+def test_a_chunk_lengthened_while_slots_idle_yields_to_a_job_that_waits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Job 0 runs alone on two slots: its second chunk is lengthened to five.
+    # Jobs 1 and 2 arrive during it; 1 takes the idle slot and 2 waits, so
+    # job 0 ends at its yield point (one chunk) and job 2 starts then.
+    curve = TraceCurve(id="long", losses=tuple(1 / k for k in range(1, 2001)),
+                       seconds=(0.01,) * 2000, chunk_overhead_seconds=0.0)
+    trace = Trace((curve,))
+    arrivals = [Arrival(0, 0.0, "long"), Arrival(1, 0.5, "long"), Arrival(2, 0.5, "long")]
+
+    def first_start_of_job_2(idle_factor: float) -> float:
+        result = simulate(build_policy("fair", trace, arrivals), trace, arrivals,
+                          SimConfig(slots=2, chunk_seconds=0.5, idle_factor=idle_factor))
+        job = result.jobs[2]
+        return job.iteration_times[0] - job.curve.seconds[0]
+
+    lengthened_at = 10 * 0.01  # job 0's first chunk measures its speed (10 iterations)
+    assert first_start_of_job_2(5) == pytest.approx(lengthened_at + 0.5)
+    # With no lengthening it waits for a plain chunk: the yield costs it nothing.
+    assert first_start_of_job_2(1) == pytest.approx(lengthened_at + 0.5)
+    # Unyielding, it would wait for job 1's whole chunk (sized from job 0's
+    # speed), the first slot to free while job 0's runs on to 2.6 s.
+    monkeypatch.setattr(simulator, "_cut_short", lambda *_: None)
+    assert first_start_of_job_2(5) == pytest.approx(0.5 + 0.5)
+
+
+def test_a_cut_chunk_reports_only_the_iterations_it_ran() -> None:
+    curve = TraceCurve(id="long", losses=tuple(1 / k for k in range(1, 2001)),
+                       seconds=(0.01,) * 2000, chunk_overhead_seconds=0.0)
+    trace = Trace((curve,))
+    arrivals = [Arrival(0, 0.0, "long"), Arrival(1, 0.5, "long"), Arrival(2, 0.5, "long")]
+    result = simulate(build_policy("fair", trace, arrivals), trace, arrivals,
+                      SimConfig(slots=2, chunk_seconds=0.5, idle_factor=5))
+    job = result.jobs[0]
+    assert job.finish is not None and job.done == 2000
+    # One point per iteration, in time order, and its service is its iterations' time.
+    assert len(job.iteration_times) == 2000
+    assert np.all(np.diff(job.iteration_times) > 0)
+    assert job.attained == pytest.approx(2000 * 0.01)
