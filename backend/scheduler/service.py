@@ -163,6 +163,8 @@ class Scheduler:
             self.state = JobState(self.redis, self.keys)
             self._backlog = []
             self._owed = {}
+            # Chunks this scheduler lengthened run out if another one takes over.
+            self._yielding = {}
 
     def policy(self, name: str, completion_guard: float | None = None) -> Policy:
         # One instance across rounds, so a policy may memoise its fits; a new
