@@ -85,3 +85,22 @@ def test_tenant_torch_trainer_runs_on_the_slot_gpu() -> None:
         resumed.restore(state)
         assert resumed.iteration == 50
         assert resumed.step(1)[0]["on_cuda"] == 1.0
+
+
+def test_tenant_loop_runs_on_the_slot_gpu_and_resumes_there() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed on this worker")
+    limits = _limits()
+    if not limits.gpus or not torch.cuda.is_available():
+        pytest.skip("no GPU for this slot")
+    with _run("torch_loop_gpu.py", limits, {"hidden": 512}) as trainer:
+        metrics = trainer.step(40)
+        assert [m["on_cuda"] for m in metrics] == [1.0] * 40
+        assert metrics[-1]["loss"] < metrics[0]["loss"]
+        state = trainer.state()
+        going_on = trainer.step(5)
+    with _run("torch_loop_gpu.py", limits, {"hidden": 512}) as resumed:
+        resumed.restore(state)
+        again = resumed.step(5)
+    # Restored on the GPU from its checkpoint, the loop steps on as it had.
+    assert [m["on_cuda"] for m in again] == [1.0] * 5
+    assert [m["loss"] for m in again] == pytest.approx([m["loss"] for m in going_on], rel=1e-4)
