@@ -156,10 +156,16 @@ def unhurried(grant: Grant, job: JobView, chunk_seconds: float,
 
 
 def yielding(grant: Grant) -> Grant:
-    """``grant`` without a yield point it cannot reach (cut at or below it)."""
-    if grant.yield_after is not None and grant.yield_after >= grant.iterations:
+    """A lengthened ``grant`` made final: without a yield point it cannot
+    reach (cut at or below it), else with its reason saying where it yields,
+    so the decision log explains a grant several chunks long."""
+    if grant.yield_after is None:
+        return grant
+    if grant.yield_after >= grant.iterations:
         return replace(grant, yield_after=None)
-    return grant
+    return replace(grant, reason=f"{grant.reason}; {grant.iterations} iterations while slots "
+                                 f"idle, ending after {grant.yield_after} once a job waits "
+                                 "for a slot")
 
 
 def slots_wanted(snapshot: Snapshot, yielding: Collection[int] = ()) -> bool:

@@ -254,7 +254,8 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
             if idle:
                 grant = unhurried(grant, job, snapshot.chunk_seconds, idle_factor)
             if cut is not None:
-                grant = yielding(cut(grant, job))
+                grant = cut(grant, job)
+            grant = yielding(grant)
         out.append((grant, slot))
     return Decided(out, rejected, unplaced, asked)
 

@@ -63,6 +63,9 @@ def test_a_factor_of_one_turns_it_off() -> None:
 def test_the_long_chunk_yields_where_the_chunk_it_was_lengthened_from_ends() -> None:
     (grant,) = grants([job(1)], 2).values()
     assert (grant.iterations, grant.yield_after) == (int(IDLE_CHUNK_FACTOR * 128), 128)
+    # The decision log says why a grant is several chunks long.
+    assert grant.reason.endswith(f"; {int(IDLE_CHUNK_FACTOR * 128)} iterations while slots "
+                                 "idle, ending after 128 once a job waits for a slot")
 
 
 def test_a_plain_chunk_has_no_yield_point() -> None:
@@ -74,6 +77,7 @@ def test_a_plain_chunk_has_no_yield_point() -> None:
 def test_a_cut_below_the_yield_point_leaves_no_yield_point() -> None:
     at_rung = grants([job(1)], 2, cut=lambda g, _: replace(g, iterations=100))  # type: ignore[arg-type]
     assert [(g.iterations, g.yield_after) for g in at_rung.values()] == [(100, None)]
+    assert "while slots idle" not in at_rung[1].reason
 
 
 def wanted(jobs: list[JobView], free: int, yielding: set[int], quota: int = 4) -> bool:
