@@ -66,6 +66,13 @@ class Settings(BaseSettings):
         description="slaq's completion-time guard at first start: the share of a round-robin "
         "turn every job is guaranteed (0 off: quality first; 1: as often as round-robin, "
         "mean completion near fair). A platform admin changes it on the admin page")
+    completion_weight: float = Field(
+        0.0, ge=0, le=1,
+        description="What slaq counts finishing a job as worth, in normalised loss: a job "
+        "gains this over the compute seconds it has left to max_iterations in its score, so "
+        "jobs near their end finish sooner (0, the default: quality first; 0.01 cut mean "
+        "completion by 2-5 points against las in the benchmarks and gave up 1-4 points of "
+        "quality, docs/scheduling.md)")
     max_iterations_limit: int = Field(1_000_000, ge=1, description="Hard cap on any job")
     checkpoint_dir: Path | None = None
     checkpoint_seconds: float = Field(

@@ -106,6 +106,7 @@ class Scheduler:
                  send: ChunkSender, chunk_seconds: float, lease_seconds: float,
                  default_policy: str, default_chunk_iterations: int = 10,
                  default_completion_guard: float = DEFAULT_COMPLETION_GUARD,
+                 completion_weight: float = 0.0,
                  idle_chunk_factor: float = IDLE_CHUNK_FACTOR,
                  owner: str = "", may_grant: Callable[[], bool] = lambda: True) -> None:
         self.engine = engine
@@ -117,6 +118,7 @@ class Scheduler:
         self.lease_seconds = lease_seconds
         self.default_policy = default_policy
         self.default_completion_guard = default_completion_guard
+        self.completion_weight = completion_weight
         self.default_chunk_iterations = default_chunk_iterations
         self.owner = owner
         # Asked before every grant: false once this process may no longer be
@@ -174,7 +176,8 @@ class Scheduler:
         guard = self.default_completion_guard if completion_guard is None else completion_guard
         choice = PolicyChoice(name, guard)
         if self._policy is None or self._policy_basis != choice:
-            self._policy = MetricNamedPolicy(make_policy(name, completion_guard=guard),
+            self._policy = MetricNamedPolicy(make_policy(name, completion_guard=guard,
+                                                         completion_weight=self.completion_weight),
                                              lambda job_id: self.state.metric(job_id))
             self._policy_basis = choice
         return self._policy

@@ -86,12 +86,16 @@ def live_policy_names() -> list[str]:
     return sorted(name for name in POLICIES if name not in SIMULATION_ONLY)
 
 
-def make_policy(name: str, *, completion_guard: float | None = None, **options: Any) -> Policy:
+def make_policy(name: str, *, completion_guard: float | None = None,
+                completion_weight: float | None = None, **options: Any) -> Policy:
     """A fresh instance of the named policy; ``KeyError`` names the choices.
 
     ``completion_guard`` is the service floor's fraction for the policies in
     ``GUARDED`` (0 turns it off; ``None`` keeps the policy's default); the
     portal's admins set it, and the other policies have no such guard.
+    ``completion_weight`` is slaq's completion term
+    (:data:`~backend.scheduling.policies.slaq.COMPLETION_WEIGHT`), the
+    operators' ``COMPLETION_WEIGHT``; other policies ignore it.
     ``options`` go to the policy's constructor (e.g. ``true_curves`` for
     ``oracle``, ``bounds`` or ``exploration`` for ``slaq``).
     """
@@ -101,4 +105,6 @@ def make_policy(name: str, *, completion_guard: float | None = None, **options: 
         raise KeyError(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}") from None
     if completion_guard is not None and name in GUARDED:
         options = {"floor": ServiceFloor(fraction=completion_guard), **options}
+    if completion_weight is not None and name == "slaq":
+        options = {"completion_weight": completion_weight, **options}
     return factory(**options)

@@ -58,6 +58,15 @@ wanted for itself: at all the slots its 30 configurations would all start
 before its leaders get a second chunk, and the torch sweep finds its best
 1.4-1.7x later (docs/scheduling.md (a))."""
 
+COMPLETION_WEIGHT = 0.0
+"""What finishing a job is worth, in normalised loss: a job's score gains
+``COMPLETION_WEIGHT / seconds it has left`` at most (:func:`remaining_seconds`),
+so of two jobs with the same predicted drop per slot-second the one nearer
+its end goes first, as shortest-remaining-first would. Off (0) unless an
+operator sets ``COMPLETION_WEIGHT``: on the tuning traces every weight tried
+cost the standard trace quality targets the default meets (docs/scheduling.md,
+"A completion term")."""
+
 HORIZONS: tuple[int, ...] = (1, 2, 4, 8, 16)
 """Chunks ahead the lookahead index looks (Gittins-style: the best rate over these)."""
 
@@ -77,6 +86,18 @@ def lookahead_rates(gain: Callable[[np.ndarray], np.ndarray], n: np.ndarray,
     m = np.minimum(n[:, None] * np.asarray(horizons)[None, :], remaining[:, None])
     rate = gain(m) / np.maximum(m * seconds_per_iteration[:, None], 1e-9)
     return np.maximum(np.where(np.isnan(rate), 0.0, rate).max(1), 0.0)
+
+
+def remaining_seconds(snapshot: Snapshot, jobs: Sequence[JobView], attained: np.ndarray
+                      ) -> np.ndarray:
+    """Each job's compute seconds to its ``max_iterations`` at its average
+    speed so far (attained seconds per iteration done), at least a tenth of
+    a chunk: an upper bound where a convergence test may end the job sooner."""
+    done, most = np.fromiter(chain(map(_DONE, jobs), map(_MOST, jobs)), np.int64,
+                             2 * len(jobs)).reshape(2, len(jobs))
+    per = np.where(done > 0, attained / np.maximum(done, 1),
+                   snapshot.chunk_seconds / max(snapshot.default_chunk_iterations, 1))
+    return np.maximum((most - done) * per, 0.1 * snapshot.chunk_seconds)
 
 
 @dataclass
@@ -140,6 +161,7 @@ class SlaqPolicy:
     total_drop_cap: float = 4.0
     diverge_margin: float = 0.1
     error_floor: float = 0.03
+    completion_weight: float = COMPLETION_WEIGHT
     predictor: LossPredictor = field(default_factory=LossPredictor)
     _kept: KeptScores = field(default_factory=KeptScores)
     _memo_chunk: float | None = None
@@ -262,22 +284,25 @@ class SlaqPolicy:
         return known, scores, new
 
     def _whole(self, snapshot: Snapshot, jobs: Sequence[JobView], rate: np.ndarray,
-               blend: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The jobs' whole scores: the index ``rate`` blended with LAS
-        (``plain``), and that with the seconds a move would waste included
-        (``moving``)."""
+               blend: np.ndarray, rising: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """The jobs' whole scores: the index ``rate`` blended with LAS plus
+        the completion term, none for a ``rising`` job (``plain``), and that
+        with the seconds a move would waste included (``moving``)."""
         attained = np.fromiter(map(_ATTAINED, jobs), float, len(jobs))
         las = self.new_job_gain / (attained + snapshot.chunk_seconds)
         plain = (1 - blend) * rate + blend * las
+        if self.completion_weight:
+            finish = self.completion_weight / remaining_seconds(snapshot, jobs, attained)
+            if rising is not None:
+                finish[rising] = 0.0
+            plain = plain + finish
         return plain, plain * switch_discounts(snapshot, jobs, frozenset())
 
     def _score(self, snapshot: Snapshot, job: JobView, fit: CurveFit) -> float:
-        """One job's index blended with LAS, per slot-second (before its tenant's weight)."""
-        entry = self._entries(snapshot, [(job, fit)])[0]
-        if entry.weight <= 0:
-            return entry.rate
-        las = self.new_job_gain / (job.attained_seconds + snapshot.chunk_seconds)
-        return (1 - entry.weight) * entry.rate + entry.weight * las
+        """One job's index blended with LAS, per slot-second, and its completion
+        term (before its tenant's weight and any switch discount)."""
+        return self._entries(snapshot, [(job, fit)])[0].plain
 
     def _entries(self, snapshot: Snapshot, items: Sequence[tuple[JobView, CurveFit]]
                  ) -> list[Scored]:
@@ -323,7 +348,7 @@ class SlaqPolicy:
         weight[shown < self.min_progress * np.abs(initial)] = 1.0
         index[rising] = 0.0
         weight[rising] = 0.0
-        plain, moving = self._whole(snapshot, jobs, index, weight)
+        plain, moving = self._whole(snapshot, jobs, index, weight, rising)
         return list(map(Scored, jobs, fits, left.tolist(), newest.tolist(), n.tolist(),
                         index.tolist(), weight.tolist(), point.tolist(), plain.tolist(),
                         moving.tolist()))
