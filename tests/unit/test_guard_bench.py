@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.guard import frontier, met, parse_spec, write_chart
+from tests.bench.guard import every_shortfall, frontier, met, parse_spec, shortfall, write_chart
 
 
 def figs(avg: float, compl: float, t95: float = 1.0) -> dict[str, float]:
@@ -42,8 +42,9 @@ def test_frontier_point_and_targets() -> None:
 def test_policy_specs_and_chart(tmp_path: Path) -> None:
     assert parse_spec("slaq") == ("slaq", {})
     assert parse_spec("oracle-mix:0.5") == ("oracle-mix", {"weight": 0.5})
+    assert parse_spec("slaq:0.01") == ("slaq", {"completion_weight": 0.01})
     with pytest.raises(ValueError):
-        parse_spec("slaq:0.5")
+        parse_spec("oracle:0.5")
     with pytest.raises(ValueError):
         parse_spec("las")
     rows = {"t|fair": frontier(GRID, "t", "fair", None),
@@ -52,3 +53,13 @@ def test_policy_specs_and_chart(tmp_path: Path) -> None:
     write_chart(path, rows, ["t"], ["slaq"], (0.4,), "note")
     text = path.read_text()
     assert "cdn.plot.ly/plotly" not in text and "plotly.js" in text
+
+
+def test_the_guard_rules_shortfalls() -> None:
+    # 2 points short of the contended gain, 4 over the mean cost.
+    assert shortfall(3.0, 7.0) == pytest.approx(6.0)
+    assert shortfall(9.0, -2.0) == 0.0
+    r = frontier(GRID, "t", "slaq@0.4", "oracle@0.4")
+    # Contended +10% (met), mean cost +12.5% (9.5 over), worst gain -5% (2
+    # under), worst cost +20% (5 over), worst t95 -10% (5 under).
+    assert every_shortfall(r) == pytest.approx(9.5 + 2.0 + 5.0 + 5.0)
