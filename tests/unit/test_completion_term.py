@@ -57,8 +57,11 @@ def test_of_two_jobs_alike_the_one_nearer_its_end_goes_first() -> None:
     # longer and has 1,960 iterations left, job 2 has 300 (3 s).
     far = view(1, falling(40), max_iterations=2000, waiting_since=0.0)
     near = view(2, falling(40), max_iterations=340, waiting_since=5.0)
-    assert [g.job_id for g in policy(0.0).allocate(snapshot(far, near))] == [1]
-    assert [g.job_id for g in policy(0.01).allocate(snapshot(far, near))] == [2]
+    plain = policy(0.0).allocate(snapshot(far, near))
+    assert [g.job_id for g in plain] == [1] and "finishing" not in plain[0].reason
+    weighed = policy(0.01).allocate(snapshot(far, near))
+    assert [g.job_id for g in weighed] == [2]
+    assert "0.00333 of it for finishing in 3s" in weighed[0].reason
 
 
 def test_a_larger_predicted_drop_outweighs_a_small_completion_term() -> None:

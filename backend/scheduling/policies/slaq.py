@@ -189,7 +189,8 @@ class SlaqPolicy:
             weights = {t: snapshot.tenant(t).share_weight for t in {j.tenant_id for j in ranked}}
             scores *= np.fromiter((weights[job.tenant_id] for job in ranked), float, len(ranked))
         ordered = best_first(ranked, scores, snapshot.free_slots)
-        return fill_slots(snapshot, chain(overdue, behind, warm, self._explained(ordered)))
+        return fill_slots(snapshot, chain(overdue, behind, warm,
+                                          self._explained(snapshot, ordered)))
 
     def _scored(self, snapshot: Snapshot, jobs: list[JobView]
                 ) -> tuple[Ranking, np.ndarray, list[JobView]]:
@@ -372,7 +373,8 @@ class SlaqPolicy:
             out.append((job, "warm-up share: new job, its first chunk measures its curve", None))
         return out
 
-    def _explained(self, ordered: Iterator[tuple[JobView, float]]) -> Iterator[Ranked]:
+    def _explained(self, snapshot: Snapshot, ordered: Iterator[tuple[JobView, float]]
+                   ) -> Iterator[Ranked]:
         # Reasons are formatted lazily: only the jobs fill_slots looks at pay for it.
         memo = self._kept.entries
         for rank, (job, score) in enumerate(ordered, start=1):
@@ -387,8 +389,15 @@ class SlaqPolicy:
                     f"rank {rank} by lookahead index: next {entry.n} iterations predicted to "
                     f"bring {entry.point:.3g} of its predicted total drop ({score:.3g} per "
                     f"slot-second, {entry.weight:.0%} least-attained-service, "
-                    f"{entry.fit.family} fit)"
+                    f"{entry.fit.family} fit{self._finishing(snapshot, job)})"
                 ), entry.point
+
+    def _finishing(self, snapshot: Snapshot, job: JobView) -> str:
+        """The completion term's part of a reason, when it is on."""
+        if not self.completion_weight:
+            return ""
+        left = float(remaining_seconds(snapshot, [job], np.array([job.attained_seconds]))[0])
+        return f", {self.completion_weight / left:.3g} of it for finishing in {left:.3g}s"
 
     def _forget_finished(self, snapshot: Snapshot) -> None:
         if max(len(self._memo), len(self.predictor)) > 2 * len(snapshot.jobs) + 64:
