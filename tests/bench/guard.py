@@ -296,10 +296,19 @@ def write_chart(path: Path, rows: dict[str, dict[str, float]], traces: list[str]
                                  text=["las"], textposition="bottom right",
                                  marker={"size": 12, "symbol": "x", "color": "black"}))
         fair = rows[f"{trace}|fair"]
-        fig.add_trace(go.Scatter(x=[fair["cost_mean"]], y=[fair["gain_mean"]],
-                                 mode="markers+text", name="fair", text=["fair"],
-                                 textposition="top right",
-                                 marker={"size": 11, "symbol": "diamond", "color": "grey"}))
+        # Fair is often far below every guarded point (-95% on standard):
+        # the axis spans the guarded points, and fair's legend entry says
+        # where it is when it falls outside.
+        gains = [rows[f"{trace}|{spec}@{f:g}"]["gain_mean"] for spec in specs
+                 for f in fractions] + [0.0, TARGETS["contended_gain"]]
+        low, high = min(gains) - 5.0, max(gains) + 5.0
+        off = not low <= fair["gain_mean"] <= high
+        fig.add_trace(go.Scatter(
+            x=[fair["cost_mean"]], y=[fair["gain_mean"]], mode="markers+text",
+            name=(f"fair ({fair['gain_mean']:+.1f}%, {fair['cost_mean']:+.1f}%: off the chart)"
+                  if off else "fair"), text=["fair"], textposition="top right",
+            marker={"size": 11, "symbol": "diamond", "color": "grey"}))
+        fig.update_yaxes(range=[low, high])
         for spec in specs:
             pts = [rows[f"{trace}|{spec}@{f:g}"] for f in fractions]
             fig.add_trace(go.Scatter(

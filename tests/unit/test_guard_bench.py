@@ -53,6 +53,9 @@ def test_policy_specs_and_chart(tmp_path: Path) -> None:
     write_chart(path, rows, ["t"], ["slaq"], (0.4,), "note")
     text = path.read_text()
     assert "cdn.plot.ly/plotly" not in text and "plotly.js" in text
+    # fair is 50% behind las, slaq 2.5% ahead: the axis spans slaq, las and
+    # the target, and fair's legend says where it is.
+    assert "fair (-50.0%, +10.0%: off the chart)" in text
 
 
 def test_the_guard_rules_shortfalls() -> None:
