@@ -206,3 +206,14 @@ def test_live_rounds_apply_the_admins_completion_guard(
         set_completion_guard(session, 0.0)
     live.sched.run_round()
     assert built == [0.25, 0.6, 0.0]
+
+
+def test_the_operators_completion_weight_reaches_the_live_slaq(live: Live) -> None:
+    # COMPLETION_WEIGHT is the scheduler's, not the database's: every policy
+    # instance the scheduler builds for slaq carries it.
+    live.sched.completion_weight = 0.02
+    first = live.sched.policy("slaq")
+    assert getattr(first, "completion_weight", None) == 0.02
+    # The admin's new guard builds a new instance; the weight stays.
+    second = live.sched.policy("slaq", completion_guard=0.6)
+    assert second is not first and getattr(second, "completion_weight", None) == 0.02
