@@ -53,10 +53,12 @@ MAX_RUNS = 8
 def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
            chunk_seconds: float, tenants: Mapping[int, TenantView] | None = None,
            progress: Progress | None = None, completion_guards: Sequence[float] = (),
-           in_force: float | None = None) -> list[Replay]:
+           in_force: float | None = None, completion_weight: float | None = None
+           ) -> list[Replay]:
     """The workload as it ran, then under each of ``policies``: the guarded
     ones once per completion guard in ``completion_guards`` (none: the one in
-    force), labelled as :func:`~backend.scheduling.registry.policy_runs` does."""
+    force), labelled as :func:`~backend.scheduling.registry.policy_runs` does;
+    slaq with the operators' ``completion_weight``, as the live scheduler runs it."""
     check_replayable(workload)
     check_policies(policies)
     arrivals = list(workload.trace.arrivals)
@@ -70,7 +72,8 @@ def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
         if tick is not None:
             tick(0)
         policy = build_policy(run.policy, workload.trace, arrivals,
-                              completion_guard=run.completion_guard)
+                              completion_guard=run.completion_guard,
+                              completion_weight=completion_weight)
         result = simulate(policy, workload.trace, arrivals, config, progress=tick)
         out.append(Replay(run.label, result, figures(result)))
     return out

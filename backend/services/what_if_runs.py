@@ -209,6 +209,7 @@ def _replay_process(keys: RedisKeys, run_id: str, job: ReplayJob) -> None:
         replays = replay(workload, job.policies, slots=job.slots,
                          chunk_seconds=job.chunk_seconds, tenants=job.tenants,
                          completion_guards=job.completion_guards, in_force=job.in_force,
+                         completion_weight=get_settings().completion_weight,
                          progress=_Progress(client, keys.what_if_run(run_id),
                                             _job_count(workload)))
         answer = {**report(workload, replays), **job.extra}
