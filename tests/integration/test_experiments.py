@@ -216,7 +216,7 @@ def test_predictive_stopping_stops_a_hopeless_configuration(sweep_portal: Portal
 # Grants from the scheduler's backlog carry a prefix saying so.
 FOCUS = re.compile(r"^(?:from backlog: )?experiment focus: its latest val_loss (\S+) "
                    r"\(iteration \d+\), .* job (\d+) \(its latest val_loss (\S+) "
-                   r"\(iteration \d+\)\)(, which took an earlier slot)?$")
+                   r"\(iteration \d+\)(, past its best \S+)?\)(, which took an earlier slot)?$")
 
 
 def test_a_predictive_experiments_slots_go_to_its_leading_configurations(
@@ -246,8 +246,9 @@ def test_a_predictive_experiments_slots_go_to_its_leading_configurations(
             chosen, ranked, ranked_final = float(match[1]), int(match[2]), float(match[3])
             assert ranked in jobs and ranked != job, "moved within the experiment"
             # Lower val_loss is better: the slot went to the one ahead, unless
-            # the ranked job was itself ahead and took an earlier slot.
-            assert chosen <= ranked_final or match[4]
+            # the ranked job was past its best (those wait behind the ones
+            # still improving) or was itself ahead and took an earlier slot.
+            assert chosen <= ranked_final or match[4] or match[5]
         got = api.get(f"/api/v1/experiments/{body['id']}").json()
         assert not any(j["stopped_early"] for j in got["jobs"])
 

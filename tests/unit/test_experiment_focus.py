@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from backend.scheduling.early_stopping import RuleConfig, Trial
-from backend.scheduling.experiment_focus import Focused, Standing, focus, standings
+from backend.scheduling.experiment_focus import Focused, Standing, focus, past_best, standings
 from backend.scheduling.explain import explain_waiting
 from backend.scheduling.registry import make_policy
 from backend.scheduling.types import Grant, JobView, LossPoint, Requirements, Snapshot
@@ -101,6 +101,43 @@ def test_standings_rank_extrapolated_jobs_of_predictive_experiments_by_latest_va
     # the extrapolation says of job 1.
     assert ranked[3].score < ranked[1].score
     assert ranked[3].text == "its latest val_accuracy 0.8 (iteration 300)"
+
+
+def test_past_its_best_means_worse_than_its_best_by_more_than_its_noise() -> None:
+    def points(*values: float) -> tuple[tuple[int, float], ...]:
+        return tuple((50 * (i + 1), v) for i, v in enumerate(values))
+
+    # The docstring's examples: a rise after the dip, and a wobble.
+    assert past_best(points(0.5, 0.3, 0.2, 0.26, 0.31), maximise=False)
+    assert not past_best(points(0.5, 0.3, 0.2, 0.22), maximise=False)
+    # Two values say nothing; an accuracy past its best has fallen.
+    assert not past_best(points(0.2, 0.9), maximise=False)
+    assert past_best(points(0.5, 0.8, 0.9, 0.85, 0.6), maximise=True)
+    assert not past_best(points(0.5, 0.8, 0.9, 0.95), maximise=True)
+
+
+def test_a_configuration_past_its_best_waits_behind_those_still_improving() -> None:
+    # Job 1 leads by latest val_loss (0.25) but rose from its dip at 0.15;
+    # job 2 (0.30) and job 3 (0.40) are still falling.
+    config = RuleConfig(rule="predictive", metric="val_loss", min_iterations=100)
+
+    def trial(job_id: int, *values: float) -> Trial:
+        return Trial(job_id=job_id, iterations_done=100 * len(values), max_iterations=1000,
+                     points=tuple((100 * (i + 1), v) for i, v in enumerate(values)),
+                     final=(values[-1], values[-1] * 0.9, values[-1] * 1.1))
+
+    ranked = standings(7, config, [trial(1, 0.6, 0.15, 0.2, 0.25), trial(2, 0.9, 0.5, 0.35, 0.3),
+                                   trial(3, 1.0, 0.7, 0.5, 0.4)])
+    assert ranked[1].past_best and not ranked[2].past_best
+    assert ranked[1].text == "its latest val_loss 0.25 (iteration 400), past its best 0.15"
+    jobs = snapshot(view(1), view(2), view(3))
+    out = focus(jobs, [Grant(3, 100, "rank 1"), Grant(1, 100, "rank 2")], ranked)
+    assert [g.job_id for g in out] == [2, 3]
+    assert "the best of its experiment's waiting configurations still improving" in out[0].reason
+    # With nothing else improving waiting, it is served after all, and says why.
+    alone = focus(snapshot(view(1), view(3, running=True)), [Grant(1, 100, "rank 1")],
+                  {1: ranked[1], 3: ranked[3]})
+    assert [g.job_id for g in alone] == [1]
 
 
 def test_a_configuration_is_not_compared_before_the_rule_may_judge_it() -> None:
