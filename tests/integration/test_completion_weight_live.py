@@ -46,8 +46,9 @@ def test_a_portal_with_a_completion_weight_grants_with_it(weighted_portal: Porta
 
         found = wait_until(weighed, 120, "a grant ranked with the completion term")
         for match in found:
-            # The term is the weight over the seconds left: 0.05 / left.
+            # The term is the weight over the seconds left: 0.05 / left (both
+            # shown to 3 figures).
             term, left = float(match[1]), float(match[2])
-            assert left > 0 and term == pytest.approx(0.05 / left, rel=0.02)  # both shown to 3 figures
+            assert left > 0 and term == pytest.approx(0.05 / left, rel=0.02)
         for job in jobs:
             api.post(f"/api/v1/jobs/{job}/cancel")
