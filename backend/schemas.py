@@ -409,6 +409,9 @@ class PolicyState(BaseModel):
         description="The completion-time guard: the share of a round-robin turn every job "
         "is guaranteed (0 = off, quality first; 1 = as often as round-robin)")
     guarded: list[str] = Field(description="The policies the completion guard applies to")
+    completion_weight: float = Field(
+        description="slaq's completion term (COMPLETION_WEIGHT, set when the portal starts): "
+        "a job's score gains this over the compute seconds it has left (0 = off)")
 
 
 class PolicyChange(BaseModel):

@@ -197,7 +197,8 @@ def _policy_state(session: Session) -> PolicyState:
     available = live_policy_names()
     return PolicyState(active=choice.name, available=available,
                        completion_guard=choice.completion_guard,
-                       guarded=sorted(GUARDED & set(available)))
+                       guarded=sorted(GUARDED & set(available)),
+                       completion_weight=settings.completion_weight)
 
 
 @router.get("/audit", response_model=list[AuditEntry])

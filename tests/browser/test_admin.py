@@ -98,9 +98,13 @@ def test_admin_sets_the_completion_guard(
     expect(page.get_by_text("with completion guard 0.6, from its next round")).to_be_visible()
     expect(guard).to_have_text("0.6")
     expect(page.locator("#policy")).to_contain_text("at least 60% as often as round-robin")
+    # The portal runs with COMPLETION_WEIGHT unset: the page says it is off.
+    expect(page.get_by_test_id("completion-weight")).to_have_text("0")
+    expect(page.locator("#policy")).to_contain_text("off: jobs are ranked on their predicted")
     screenshot(page, "admin-completion-guard")
     with api_client(browser_portal, admin) as api:
-        assert api.get("/api/v1/admin/policy").json()["completion_guard"] == 0.6
+        state = api.get("/api/v1/admin/policy").json()
+        assert state["completion_guard"] == 0.6 and state["completion_weight"] == 0.0
         entries = api.get("/api/v1/admin/audit").json()
         assert any(e["action"] == "policy.completion_guard" and e["target"] == "0.6"
                    for e in entries), entries

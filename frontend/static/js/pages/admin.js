@@ -429,6 +429,11 @@ async function loadPolicy() {
     h("p", {}, "Completion guard (", policy.guarded.join(", "), "): ",
       h("strong", { "data-testid": "completion-guard" }, String(policy.completion_guard)), ", ",
       guardMeaning(policy.completion_guard), "."),
+    h("p", {}, "Completion weight (slaq, set with COMPLETION_WEIGHT when the portal starts): ",
+      h("strong", { "data-testid": "completion-weight" }, String(policy.completion_weight)), ", ",
+      policy.completion_weight > 0
+        ? `a job's score gains ${policy.completion_weight} over the seconds it has left, so jobs near their end finish sooner.`
+        : "off: jobs are ranked on their predicted loss drop alone."),
   ];
   if (!canEdit) {
     clear(box, state(), h("p", { class: "small subtle" }, "Only platform admins change them."));
