@@ -13,7 +13,7 @@ from dataclasses import asdict, replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from sqlalchemy import Float, case, cast, func, select
+from sqlalchemy import Float, case, cast, func, select, union_all
 from sqlmodel import col
 
 from backend.api.deps import CurrentTenant, KeysDep, RedisDep, SessionDep
@@ -45,22 +45,27 @@ def cluster(session: SessionDep, scope: CurrentTenant, client: RedisDep,
     workers = list(adverts)
     names = {t: n for t, n in session.execute(select(col(Tenant.id), col(Tenant.name))).all()}
     columns = (col(Job.id), col(Job.name), col(Job.tenant_id), col(Job.status),
-               col(Job.last_reason))
+               col(Job.last_reason), col(Job.waiting_since))
 
     def view(row: Any) -> dict[str, Any]:
-        job_id, name, tenant_id, status, _ = row
+        job_id, name, tenant_id, status, *_ = row
         if scope.allows(tenant_id):
             return {"job_id": job_id, "name": name, "tenant_id": tenant_id,
                     "tenant_name": names.get(tenant_id), "status": status}
         return {"job_id": None, "name": OTHER, "tenant_id": None, "tenant_name": OTHER,
                 "status": status}
 
-    running_rows = session.execute(
-        select(*columns).where(col(Job.status) == JobStatus.running)
-        .order_by(col(Job.waiting_since)).limit(RUNNING_SHOWN)).all()
-    queued_rows = session.execute(
-        select(*columns).where(col(Job.status) == JobStatus.queued)
-        .order_by(col(Job.waiting_since), col(Job.id)).limit(QUEUE_HEAD)).all()
+    # Both lists in one statement, so one snapshot: read in two, a job granted
+    # (queued -> running) or back from its chunk between them was in neither.
+    running_part = (select(*columns).where(col(Job.status) == JobStatus.running)
+                    .order_by(col(Job.waiting_since)).limit(RUNNING_SHOWN).subquery())
+    queued_part = (select(*columns).where(col(Job.status) == JobStatus.queued)
+                   .order_by(col(Job.waiting_since), col(Job.id)).limit(QUEUE_HEAD).subquery())
+    rows = session.execute(union_all(select(running_part), select(queued_part))).all()
+    running_rows = sorted((r for r in rows if r[3] == JobStatus.running),
+                          key=lambda r: (r[5], r[0]))
+    queued_rows = sorted((r for r in rows if r[3] == JobStatus.queued),
+                         key=lambda r: (r[5], r[0]))
     waiting = read_waiting(client, keys, [int(r[0]) for r in queued_rows
                                           if scope.allows(r[2])])
     queued = []
