@@ -74,12 +74,12 @@ def standings(experiment_id: int, config: RuleConfig,
                 or trial.iterations_done < config.min_iterations:
             continue
         iteration, value = trial.points[-1]
+        text = f"its latest {config.metric} {value:.3g} (iteration {iteration})"
         turned = past_best(trial.points, maximise=config.maximise)
-        best = (max if config.maximise else min)(v for _, v in trial.points)
-        out[trial.job_id] = Standing(
-            experiment_id, sign * value,
-            f"its latest {config.metric} {value:.3g} (iteration {iteration})"
-            + (f", past its best {best:.3g}" if turned else ""), turned)
+        if turned:
+            best = (max if config.maximise else min)(v for _, v in trial.points)
+            text += f", past its best {best:.3g}"
+        out[trial.job_id] = Standing(experiment_id, sign * value, text, turned)
     return out
 
 

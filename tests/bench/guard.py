@@ -180,31 +180,41 @@ def frontier(grid: Grid, trace: str, label: str, oracle: str | None) -> dict[str
     return out
 
 
+FIGURE = {"contended_gain": ("contended_gain", 1), "worst_gain": ("worst_gain", 1),
+          "mean_cost": ("cost_mean", -1), "worst_cost": ("worst_cost", -1),
+          "worst_t95": ("worst_t95", 1), "captured": ("captured", 1)}
+"""Each target's figure in :func:`frontier`'s row, and its direction (1: at
+least the target, -1: at most)."""
+
+
+def short_by(r: dict[str, float]) -> dict[str, float | None]:
+    """Points each of the issue's targets is missed by (0 when met), or
+    ``None`` where the figure was not measured."""
+    out: dict[str, float | None] = {}
+    for target, (figure, sign) in FIGURE.items():
+        value = r[figure]
+        out[target] = None if np.isnan(value) else max(0.0, sign * (TARGETS[target] - value))
+    return out
+
+
 def met(r: dict[str, float]) -> dict[str, bool | None]:
     """Each of the issue's targets: met, missed, or ``None`` (not measured)."""
-    t = TARGETS
-    return {"contended_gain": r["contended_gain"] >= t["contended_gain"],
-            "worst_gain": r["worst_gain"] >= t["worst_gain"],
-            "mean_cost": r["cost_mean"] <= t["mean_cost"],
-            "worst_cost": r["worst_cost"] <= t["worst_cost"],
-            "worst_t95": r["worst_t95"] >= t["worst_t95"],
-            "captured": None if np.isnan(r["captured"]) else r["captured"] >= t["captured"]}
+    return {target: None if short is None else short == 0.0
+            for target, short in short_by(r).items()}
 
 
 def shortfall(gain: float, cost: float) -> float:
     """Points short of the two averaged targets, contended gain and mean cost."""
-    return (max(0.0, TARGETS["contended_gain"] - gain)
-            + max(0.0, cost - TARGETS["mean_cost"]))
+    unmeasured = dict.fromkeys((figure for figure, _ in FIGURE.values()), np.nan)
+    short = short_by({**unmeasured, "contended_gain": gain, "cost_mean": cost})
+    return sum(v for v in short.values() if v is not None)
 
 
 def every_shortfall(r: dict[str, float]) -> float:
     """Points short of every target measured without the oracle: the two
     averaged ones and the worst cell's gain, cost and time to 95%."""
-    t = TARGETS
-    return (shortfall(r["contended_gain"], r["cost_mean"])
-            + max(0.0, t["worst_gain"] - r["worst_gain"])
-            + max(0.0, r["worst_cost"] - t["worst_cost"])
-            + max(0.0, t["worst_t95"] - r["worst_t95"]))
+    short = short_by(r)
+    return sum(v for target, v in short.items() if v is not None and target != "captured")
 
 
 def print_choice(rows: dict[str, dict[str, float]], traces: list[str], specs: list[str],
