@@ -39,7 +39,10 @@ def portal(module_db_url: str, redis_url: str,
     """A portal whose sandboxes keep at most 1 MiB of training state."""
     running = start_portal(
         data_dir=tmp_path_factory.mktemp("portal"), db_url=module_db_url, redis_url=redis_url,
-        extra_env={"SANDBOX_STEP_TIMEOUT_SECONDS": "4", "SANDBOX_MAX_STATE_MIB": "1"})
+        # No idle save between a job's two chunks (IDLE_SAVE_SECONDS): the
+        # state tests are about the save at the job's end.
+        extra_env={"SANDBOX_STEP_TIMEOUT_SECONDS": "4", "SANDBOX_MAX_STATE_MIB": "1",
+                   "IDLE_SAVE_SECONDS": "600"})
     try:
         yield running
     finally:

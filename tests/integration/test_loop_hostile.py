@@ -26,8 +26,11 @@ def portal(module_db_url: str, redis_url: str,
     quickly; workers at normal priority, as in ``test_loop_jobs``."""
     running = start_portal(
         data_dir=tmp_path_factory.mktemp("portal"), db_url=module_db_url, redis_url=redis_url,
+        # A slot idle for IDLE_SAVE_SECONDS saves its trainer's state; on a
+        # busy machine that could come between the two chunks and fail the
+        # state modes there, before the end-of-job save these tests are about.
         extra_env={"SANDBOX_STEP_TIMEOUT_SECONDS": "4", "LEASE_SECONDS": "20",
-                   "WORKER_NICE": "0"})
+                   "WORKER_NICE": "0", "IDLE_SAVE_SECONDS": "600"})
     try:
         yield running
     finally:
