@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlmodel import Session, col
 
+from backend.core.leases import Leases
 from backend.core.models import Job
 from tests.utils.portal import Portal, make_user_token, start_portal
 from tests.utils.waiting import wait_until
@@ -80,10 +81,15 @@ def test_a_hopeless_configuration_is_stopped_at_a_rung_never_the_best(
         eid = created.json()["id"]
         assert created.json()["rungs"] == RUNGS
 
+        leases = Leases(stopping_portal.redis(), stopping_portal.keys)
+
         def settled() -> dict[str, Any] | None:
             got: dict[str, Any] = api.get(f"/api/v1/experiments/{eid}").json()
             busy = got["counts"]["queued"] + got["counts"]["running"]
-            return got if busy == 0 else None
+            # A configuration paused while its chunk runs is "paused" before
+            # that chunk has wound down and committed its last iterations.
+            winding_down = any(leases.holder(j["id"]) is not None for j in got["jobs"])
+            return got if busy == 0 and not winding_down else None
 
         got = wait_until(settled, 240, "every configuration to finish or be stopped",
                          interval=0.5)
