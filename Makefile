@@ -15,7 +15,7 @@ test: setup
 # pyproject.toml; tests/unit/test_layers.py runs the same check under `make test`.
 lint: setup
 	.venv/bin/ruff check .
-	.venv/bin/mypy backend workers
+	.venv/bin/mypy backend workers tests
 	.venv/bin/lint-imports
 
 # Benchmarks print figures and ratios; none asserts a time (see docs/scheduling.md).
