@@ -410,8 +410,8 @@ class PolicyState(BaseModel):
         "is guaranteed (0 = off, quality first; 1 = as often as round-robin)")
     guarded: list[str] = Field(description="The policies the completion guard applies to")
     completion_weight: float = Field(
-        description="slaq's completion term (COMPLETION_WEIGHT, set when the portal starts): "
-        "a job's score gains this over the compute seconds it has left (0 = off)")
+        description="slaq's completion term: a job's score gains this over the compute "
+        "seconds it has left (0 = off; COMPLETION_WEIGHT until an admin sets it)")
 
 
 class PolicyChange(BaseModel):
@@ -420,11 +420,17 @@ class PolicyChange(BaseModel):
     name: str | None = Field(None, description="The policy to switch to")
     completion_guard: float | None = Field(
         None, ge=0, le=1, description="The completion-time guard to set, from 0 (off) to 1")
+    completion_weight: float | None = Field(
+        None, ge=0, le=1,
+        description="slaq's completion weight to set, from 0 (off) to 1 (docs/scheduling.md, "
+        "\"A completion term\"); other policies ignore it")
 
     @model_validator(mode="after")
     def _something(self) -> PolicyChange:
-        if self.name is None and self.completion_guard is None:
-            raise ValueError("give the policy's name, its completion_guard, or both")
+        if self.name is None and self.completion_guard is None \
+                and self.completion_weight is None:
+            raise ValueError("give the policy's name, its completion_guard, its "
+                             "completion_weight, or several of them")
         return self
 
 

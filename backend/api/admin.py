@@ -14,7 +14,13 @@ from sqlmodel import Session, col
 from backend.api.deps import DbId, KeysDep, PlatformAdmin, RedisDep, SessionDep, TenantAdmin
 from backend.core.models import AuditLog, Role, Tenant, User
 from backend.core.notify import wake_scheduler
-from backend.core.portal_settings import policy_choice, set_active_policy, set_completion_guard
+from backend.core.portal_settings import (
+    policy_choice,
+    policy_defaults,
+    set_active_policy,
+    set_completion_guard,
+    set_completion_weight,
+)
 from backend.core.settings import get_settings
 from backend.scheduling.registry import GUARDED, live_policy_names
 from backend.schemas import (
@@ -168,8 +174,8 @@ def get_policy(session: SessionDep, _scope: TenantAdmin) -> PolicyState:
 @router.put("/policy", response_model=PolicyState)
 def change_policy(body: PolicyChange, session: SessionDep, scope: PlatformAdmin,
                   client: RedisDep, keys: KeysDep) -> PolicyState:
-    """Switch the live scheduler's policy, its completion guard or both; they
-    apply from the next round."""
+    """Switch the live scheduler's policy, its completion guard, slaq's
+    completion weight, or several at once; they apply from the next round."""
     settings = get_settings()
     available = live_policy_names()
     if body.name is not None and body.name not in available:
@@ -177,7 +183,7 @@ def change_policy(body: PolicyChange, session: SessionDep, scope: PlatformAdmin,
             "loc": ["body", "name"], "type": "value_error",
             "msg": f"unknown policy {body.name!r}; choose one of {', '.join(available)}"}])
     # Only what changes is written and audited: the page sends both fields.
-    before = policy_choice(session, settings.policy, settings.completion_guard)
+    before = policy_choice(session, policy_defaults(settings))
     if body.name is not None and body.name != before.name:
         audit.record(session, actor=scope.user, action="policy.change", target=body.name,
                      before=before.name)
@@ -187,18 +193,23 @@ def change_policy(body: PolicyChange, session: SessionDep, scope: PlatformAdmin,
                      target=f"{body.completion_guard:g}",
                      before=f"{before.completion_guard:g}")
         set_completion_guard(session, body.completion_guard)
+    if body.completion_weight is not None and body.completion_weight != before.completion_weight:
+        audit.record(session, actor=scope.user, action="policy.completion_weight",
+                     target=f"{body.completion_weight:g}",
+                     before=f"{before.completion_weight:g}")
+        set_completion_weight(session, body.completion_weight)
     wake_scheduler(client, keys, "policy")
     return _policy_state(session)
 
 
 def _policy_state(session: Session) -> PolicyState:
     settings = get_settings()
-    choice = policy_choice(session, settings.policy, settings.completion_guard)
+    choice = policy_choice(session, policy_defaults(settings))
     available = live_policy_names()
     return PolicyState(active=choice.name, available=available,
                        completion_guard=choice.completion_guard,
                        guarded=sorted(GUARDED & set(available)),
-                       completion_weight=settings.completion_weight)
+                       completion_weight=choice.completion_weight)
 
 
 @router.get("/audit", response_model=list[AuditEntry])

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from backend.api.deps import KeysDep, PlatformAdmin, RedisDep, SessionDep
 from backend.core.leases import Heartbeats
 from backend.core.models import utcnow
-from backend.core.portal_settings import policy_choice
+from backend.core.portal_settings import policy_choice, policy_defaults
 from backend.core.settings import get_settings
 from backend.scheduling.registry import policy_runs
 from backend.services import what_if_runs
@@ -89,15 +89,17 @@ def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin
     if not completed:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, NO_COMPLETED_JOB)
     settings = get_settings()
-    in_force = policy_choice(session, settings.policy, settings.completion_guard)
+    in_force = policy_choice(session, policy_defaults(settings))
     # The replaying process reads the jobs: at the bounds that alone takes seconds.
     job = ReplayJob(Window(since, until, completed), body.policies, slots,
                     settings.chunk_seconds, tenant_views(session),
                     completion_guards=body.completion_guards,
-                    in_force=in_force.completion_guard, hours=body.hours,
+                    in_force=in_force.completion_guard,
+                    completion_weight=in_force.completion_weight, hours=body.hours,
                     extra={"slots": slots, "chunk_seconds": settings.chunk_seconds,
                            "active_policy": in_force.name,
-                           "completion_guard": in_force.completion_guard})
+                           "completion_guard": in_force.completion_guard,
+                           "completion_weight": in_force.completion_weight})
     run_id = what_if_runs.start(client, keys, job, started_by=scope.user.email)
     response.headers["Location"] = f"{router.prefix}/what-if/{run_id}"
     return _known_run(what_if_runs.read(client, keys, run_id))

@@ -72,7 +72,8 @@ class Settings(BaseSettings):
         "gains this over the compute seconds it has left to max_iterations in its score, so "
         "jobs near their end finish sooner (0, the default: quality first; 0.01 cut mean "
         "completion by 2-5 points against las in the benchmarks and gave up 1-4 points of "
-        "quality, docs/scheduling.md)")
+        "quality, docs/scheduling.md). At first start; a platform admin changes it on the "
+        "admin page")
     max_iterations_limit: int = Field(1_000_000, ge=1, description="Hard cap on any job")
     checkpoint_dir: Path | None = None
     checkpoint_seconds: float = Field(

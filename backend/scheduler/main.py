@@ -45,7 +45,7 @@ def make_scheduler(owner: str = "", may_grant: Callable[[], bool] = lambda: True
                      chunk_seconds=settings.chunk_seconds, lease_seconds=settings.lease_seconds,
                      default_policy=settings.policy,
                      default_completion_guard=settings.completion_guard,
-                     completion_weight=settings.completion_weight,
+                     default_completion_weight=settings.completion_weight,
                      default_chunk_iterations=settings.default_chunk_iterations,
                      idle_chunk_factor=settings.idle_chunk_factor,
                      owner=owner, may_grant=may_grant)

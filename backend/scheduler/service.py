@@ -106,7 +106,7 @@ class Scheduler:
                  send: ChunkSender, chunk_seconds: float, lease_seconds: float,
                  default_policy: str, default_chunk_iterations: int = 10,
                  default_completion_guard: float = DEFAULT_COMPLETION_GUARD,
-                 completion_weight: float = 0.0,
+                 default_completion_weight: float = 0.0,
                  idle_chunk_factor: float = IDLE_CHUNK_FACTOR,
                  owner: str = "", may_grant: Callable[[], bool] = lambda: True) -> None:
         self.engine = engine
@@ -118,7 +118,7 @@ class Scheduler:
         self.lease_seconds = lease_seconds
         self.default_policy = default_policy
         self.default_completion_guard = default_completion_guard
-        self.completion_weight = completion_weight
+        self.default_completion_weight = default_completion_weight
         self.default_chunk_iterations = default_chunk_iterations
         self.owner = owner
         # Asked before every grant: false once this process may no longer be
@@ -168,16 +168,25 @@ class Scheduler:
             # Chunks this scheduler lengthened run out if another one takes over.
             self._yielding = {}
 
-    def policy(self, name: str, completion_guard: float | None = None) -> Policy:
+    @property
+    def defaults(self) -> PolicyChoice:
+        """What is in force where the admin has set nothing."""
+        return PolicyChoice(self.default_policy, self.default_completion_guard,
+                            self.default_completion_weight)
+
+    def policy(self, name: str, completion_guard: float | None = None,
+               completion_weight: float | None = None) -> Policy:
         # One instance across rounds, so a policy may memoise its fits; a new
-        # one when the admin changes the policy or its completion guard. Its
-        # reasons name the metric of jobs scheduled on val_loss; the state is
-        # looked up per grant, as stand_by replaces it.
+        # one when the admin changes the policy, its completion guard or its
+        # completion weight. Its reasons name the metric of jobs scheduled on
+        # val_loss; the state is looked up per grant, as stand_by replaces it.
         guard = self.default_completion_guard if completion_guard is None else completion_guard
-        choice = PolicyChoice(name, guard)
+        weight = self.default_completion_weight if completion_weight is None \
+            else completion_weight
+        choice = PolicyChoice(name, guard, weight)
         if self._policy is None or self._policy_basis != choice:
             self._policy = MetricNamedPolicy(make_policy(name, completion_guard=guard,
-                                                         completion_weight=self.completion_weight),
+                                                         completion_weight=weight),
                                              lambda job_id: self.state.metric(job_id))
             self._policy_basis = choice
         return self._policy
@@ -189,7 +198,7 @@ class Scheduler:
     def run_round(self) -> RoundResult:
         began = time.perf_counter()
         with Session(self.engine, expire_on_commit=False) as session:
-            choice = policy_choice(session, self.default_policy, self.default_completion_guard)
+            choice = policy_choice(session, self.defaults)
             name = choice.name
             live = self.leases.live_job_ids()
             # Claims before heartbeats: a slot beats before it claims, so a

@@ -106,6 +106,8 @@ class ReplayJob:
     """Completion guards to replay the guarded policies at (none: ``in_force``)."""
     in_force: float | None = None
     """The completion guard in force: a run at it is labelled with the policy's name."""
+    completion_weight: float = 0.0
+    """slaq's completion weight in force: slaq replays with it, as the live scheduler runs."""
     hours: float | None = None
     """The window as asked ("the last N hours"): the page shows a replay with it."""
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -209,7 +211,7 @@ def _replay_process(keys: RedisKeys, run_id: str, job: ReplayJob) -> None:
         replays = replay(workload, job.policies, slots=job.slots,
                          chunk_seconds=job.chunk_seconds, tenants=job.tenants,
                          completion_guards=job.completion_guards, in_force=job.in_force,
-                         completion_weight=get_settings().completion_weight,
+                         completion_weight=job.completion_weight,
                          progress=_Progress(client, keys.what_if_run(run_id),
                                             _job_count(workload)))
         answer = {**report(workload, replays), **job.extra}

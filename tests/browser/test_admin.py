@@ -95,7 +95,8 @@ def test_admin_sets_the_completion_guard(
     before = guard.inner_text()
     page.locator("#guard-input").fill("0.6")
     page.get_by_role("button", name="Apply").click()
-    expect(page.get_by_text("with completion guard 0.6, from its next round")).to_be_visible()
+    expect(page.get_by_text("with completion guard 0.6 and completion weight 0, from its next")
+           ).to_be_visible()
     expect(guard).to_have_text("0.6")
     expect(page.locator("#policy")).to_contain_text("at least 60% as often as round-robin")
     # The portal runs with COMPLETION_WEIGHT unset: the page says it is off.
@@ -111,6 +112,29 @@ def test_admin_sets_the_completion_guard(
     page.locator("#guard-input").fill(before)
     page.get_by_role("button", name="Apply").click()
     expect(guard).to_have_text(before)
+
+
+def test_admin_sets_the_completion_weight(
+        page: Page, accounts: Callable[..., Account], browser_portal: Portal) -> None:
+    admin = accounts("root@platform.test", tenant="platform", role=Role.platform_admin)
+    sign_in(page, admin, "/admin")
+    weight = page.get_by_test_id("completion-weight")
+    expect(weight).to_have_text("0")
+    page.get_by_label("Completion weight").fill("0.01")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.get_by_text("and completion weight 0.01, from its next round")).to_be_visible()
+    expect(weight).to_have_text("0.01")
+    expect(page.locator("#policy")).to_contain_text(
+        "a job's score gains 0.01 over the seconds it has left")
+    screenshot(page, "admin-completion-weight")
+    with api_client(browser_portal, admin) as api:
+        assert api.get("/api/v1/admin/policy").json()["completion_weight"] == 0.01
+        entries = api.get("/api/v1/admin/audit").json()
+        assert any(e["action"] == "policy.completion_weight" and e["target"] == "0.01"
+                   for e in entries), entries
+    page.get_by_label("Completion weight").fill("0")
+    page.get_by_role("button", name="Apply").click()
+    expect(weight).to_have_text("0")
 
 
 def test_tenant_admin_sees_their_usage_read_only(

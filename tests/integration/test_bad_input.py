@@ -126,10 +126,13 @@ def test_non_finite_share_weight_is_a_422_and_changes_nothing(portal: Portal,
     ('{"completion_guard": -0.1}', ["body", "completion_guard"], "greater than or equal to 0"),
     ('{"completion_guard": NaN}', ["body", "completion_guard"], "finite"),
     ('{"name": "fair", "completion_guard": "lots"}', ["body", "completion_guard"], "number"),
-    ("{}", ["body"], "give the policy's name, its completion_guard, or both"),
+    ('{"completion_weight": 2}', ["body", "completion_weight"], "less than or equal to 1"),
+    ('{"completion_weight": -1e-3}', ["body", "completion_weight"], "greater than or equal to 0"),
+    ('{"completion_weight": Infinity}', ["body", "completion_weight"], "finite"),
+    ("{}", ["body"], "give the policy's name, its completion_guard, its completion_weight"),
     ('{"name": "nope", "completion_guard": 0.5}', ["body", "name"], "unknown policy"),
 ])
-def test_bad_completion_guard_is_a_422_and_changes_nothing(
+def test_bad_policy_setting_is_a_422_and_changes_nothing(
         portal: Portal, body: str, loc: list[str], words: str) -> None:
     token = make_user_token(portal.db_url, tenant="ops", email="root@ops.test",
                             role=Role.platform_admin)
@@ -142,21 +145,22 @@ def test_bad_completion_guard_is_a_422_and_changes_nothing(
         assert admin.get("/api/v1/admin/policy").json() == before
 
 
-def test_completion_guard_is_set_alone_audited_and_read_back(portal: Portal) -> None:
+@pytest.mark.parametrize("field", ["completion_guard", "completion_weight"])
+def test_a_policy_setting_is_set_alone_audited_and_read_back(portal: Portal, field: str) -> None:
     token = make_user_token(portal.db_url, tenant="ops", email="root@ops.test",
                             role=Role.platform_admin)
     with httpx.Client(base_url=portal.base_url, timeout=30,
                       headers={"Authorization": f"Bearer {token}"}) as admin:
         before = admin.get("/api/v1/admin/policy").json()
         assert "slaq" in before["guarded"]
-        wanted = 0.7 if before["completion_guard"] != 0.7 else 0.3
-        resp = admin.put("/api/v1/admin/policy", json={"completion_guard": wanted})
+        wanted = 0.07 if before[field] != 0.07 else 0.03
+        resp = admin.put("/api/v1/admin/policy", json={field: wanted})
         assert resp.status_code == 200, resp.text
         after = admin.get("/api/v1/admin/policy").json()
-        assert after == {**before, "completion_guard": wanted}
+        assert after == {**before, field: wanted}
         audit = admin.get("/api/v1/admin/audit").json()
-        entry = next(e for e in audit if e["action"] == "policy.completion_guard")
+        entry = next(e for e in audit if e["action"] == f"policy.{field}")
         assert (entry["target"], entry["details"]["before"]) == (
-            f"{wanted:g}", f"{before['completion_guard']:g}")
+            f"{wanted:g}", f"{before[field]:g}")
         assert admin.put("/api/v1/admin/policy", json={
-            "completion_guard": before["completion_guard"]}).status_code == 200
+            field: before[field]}).status_code == 200

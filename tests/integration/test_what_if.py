@@ -100,6 +100,8 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
     with token_client(portal, admin) as api:
         in_force = api.get("/api/v1/admin/policy").json()["completion_guard"]
         assert in_force != 1.0
+        # The admin's completion weight is the one slaq replays with.
+        assert api.put("/api/v1/admin/policy", json={"completion_weight": 0.05}).status_code == 200
         started = api.post("/api/v1/admin/what-if", json={
             "hours": 1, "policies": ["fair", "slaq"], "completion_guards": [in_force, 1.0]})
         assert started.status_code == 202, started.text
@@ -129,6 +131,8 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
         assert body["chunk_seconds"] == float(portal.env["CHUNK_SECONDS"])
         assert body["active_policy"] == portal.env["POLICY"]
         assert body["completion_guard"] == in_force
+        assert body["completion_weight"] == 0.05
+        assert api.put("/api/v1/admin/policy", json={"completion_weight": 0}).status_code == 200
         # As it ran: the real completion times, scored by the simulator's metrics.
         real = [_seconds(j["finished_at"]) - _seconds(j["created_at"]) for j in history["jobs"]]
         as_run = body["runs"][0]

@@ -17,7 +17,7 @@ from sqlmodel import col, select
 from backend.core.db import engine_for, migrate, session_scope
 from backend.core.leases import Heartbeats
 from backend.core.models import Decision, Job, Role, Tenant
-from backend.core.portal_settings import set_completion_guard
+from backend.core.portal_settings import set_completion_guard, set_completion_weight
 from backend.core.redis_keys import RedisKeys
 from backend.scheduler.service import Scheduler
 from backend.scheduling import registry
@@ -209,11 +209,33 @@ def test_live_rounds_apply_the_admins_completion_guard(
 
 
 def test_the_operators_completion_weight_reaches_the_live_slaq(live: Live) -> None:
-    # COMPLETION_WEIGHT is the scheduler's, not the database's: every policy
-    # instance the scheduler builds for slaq carries it.
-    live.sched.completion_weight = 0.02
+    # COMPLETION_WEIGHT is the default: every policy instance the scheduler
+    # builds for slaq carries it until an admin sets another.
+    live.sched.default_completion_weight = 0.02
     first = live.sched.policy("slaq")
     assert getattr(first, "completion_weight", None) == 0.02
     # The admin's new guard builds a new instance; the weight stays.
     second = live.sched.policy("slaq", completion_guard=0.6)
     assert second is not first and getattr(second, "completion_weight", None) == 0.02
+
+
+def test_live_rounds_apply_the_admins_completion_weight(
+        live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As the guard: the round reads the admin's weight from the database,
+    # builds a new slaq instance when it changes and keeps the one it has
+    # (and its memo) when not; COMPLETION_WEIGHT until the admin sets one.
+    built: list[float] = []
+
+    def probe(completion_weight: float = 0.0, **_: object) -> OverGrant:
+        built.append(completion_weight)
+        return OverGrant()
+
+    monkeypatch.setitem(POLICIES, "slaq", probe)
+    live.sched.default_policy = "slaq"
+    live.sched.default_completion_weight = 0.02
+    live.sched.run_round()
+    with session_scope(live.sched.engine) as session:
+        set_completion_weight(session, 0.3)
+    live.sched.run_round()
+    live.sched.run_round()
+    assert built == [0.02, 0.3]

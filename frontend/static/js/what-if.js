@@ -175,6 +175,7 @@ function render(out, data, run, aside = null) {
     h("caption", {}, `${formatNumber(data.jobs)} completed jobs submitted in ${windowLabel(run.hours)} `,
       `(${formatTime(data.since)} to ${formatTime(data.until)}), on ${data.slots} slots, ${data.chunk_seconds} s chunks`,
       data.completion_guard === undefined ? "" : `, completion guard in force ${data.completion_guard}`,
+      data.completion_weight ? `, slaq's completion weight ${data.completion_weight}` : "",
       `; lower is better, change against ${baseName}`),
     h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Run"), FIGURES.map(([, label]) => h("th", { scope: "col" }, label)))),
     h("tbody", {}, runs.map((run) => h("tr", {},

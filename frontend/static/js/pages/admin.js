@@ -429,7 +429,7 @@ async function loadPolicy() {
     h("p", {}, "Completion guard (", policy.guarded.join(", "), "): ",
       h("strong", { "data-testid": "completion-guard" }, String(policy.completion_guard)), ", ",
       guardMeaning(policy.completion_guard), "."),
-    h("p", {}, "Completion weight (slaq, set with COMPLETION_WEIGHT when the portal starts): ",
+    h("p", {}, "Completion weight (slaq; COMPLETION_WEIGHT until changed here): ",
       h("strong", { "data-testid": "completion-weight" }, String(policy.completion_weight)), ", ",
       policy.completion_weight > 0
         ? `a job's score gains ${policy.completion_weight} over the seconds it has left, so jobs near their end finish sooner.`
@@ -444,22 +444,26 @@ async function loadPolicy() {
   select.value = policy.active;
   const guard = h("input", { id: "guard-input", name: "completion_guard", type: "number", min: "0", max: "1", step: "0.05",
     required: true, value: String(policy.completion_guard), "aria-describedby": "guard-help" });
+  const weight = h("input", { id: "weight-input", name: "completion_weight", type: "number", min: "0", max: "1", step: "0.01",
+    required: true, value: String(policy.completion_weight), "aria-describedby": "guard-help" });
   const message = h("div", { "aria-live": "polite" });
   const current = h("div", {}, state());
   const form = h("form", { id: "policy-form", class: "toolbar" },
     h("div", { class: "field" }, h("label", { for: "policy-select" }, "Choose a policy"), select),
     h("div", { class: "field" }, h("label", { for: "guard-input" }, "Completion guard"), guard),
+    h("div", { class: "field" }, h("label", { for: "weight-input" }, "Completion weight"), weight),
     h("button", { type: "submit", class: "btn btn-primary" }, "Apply"));
   const help = h("p", { class: "small subtle", id: "guard-help" },
     "The completion guard trades quality for completion time: from 0 (off) to 1. ",
     "Higher values finish jobs sooner and keep less of slaq's lead on loss; ",
-    "try a value on your own history with the what-if replay below first.");
+    "the completion weight (slaq only, from 0, off, to 1; 0.01 is already a clear nudge) moves jobs near their end ahead. ",
+    "Try a guard on your own history with the what-if replay below first (it replays slaq at the weight in force).");
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     try {
       policy = await api("/api/v1/admin/policy", {
-        method: "PUT", body: { name: select.value, completion_guard: Number(guard.value) } });
-      clear(message, notice("success", `The scheduler now uses ${policy.active} with completion guard ${policy.completion_guard}, from its next round.`));
+        method: "PUT", body: { name: select.value, completion_guard: Number(guard.value), completion_weight: Number(weight.value) } });
+      clear(message, notice("success", `The scheduler now uses ${policy.active} with completion guard ${policy.completion_guard} and completion weight ${policy.completion_weight}, from its next round.`));
       clear(current, state());
       loadAudit();
     } catch (err) {
