@@ -8,13 +8,13 @@ its 600 iterations in one grant, and the rule never judged it. So a grant to
 an experiment job is cut to end at the next rung, applied after every other
 sizing, and a new configuration's first grant ends at the first rung.
 
-The rung is a judgement, not a new scheduling decision: the iterations cut
-off are *owed* to the job, and once its chunk has committed and the rule has
-kept it, they are granted to it again ahead of the policy's ranking, on the
-slot it holds (:func:`continuations`). Without that, on the recorded torch
-sweep, a configuration cut at its first rung waited behind every other
-configuration's first chunk, and the sweep found its best 35% later
-(docs/experiments.md).
+The rung is a judgement, not a new scheduling decision: the rest of the
+grant's time slice is *owed* to the job, and once its chunk has committed and
+the rule has kept it, it is granted to it again ahead of the policy's
+ranking, on the slot it holds (:func:`continuations`). Without that, on the
+recorded torch sweep, a configuration cut at its first rung waited behind
+every other configuration's first chunk, and the sweep found its best 35%
+later (docs/experiments.md).
 
 Worked example: a predictive rule with ``min_iterations`` 100 judges at 100,
 200 and 400 of a 600-iteration budget. A job at iteration 0 granted 600
@@ -52,7 +52,11 @@ def at_rung(grant: Grant, job: JobView, config: RuleConfig | None) -> Grant:
 
 @dataclass(frozen=True)
 class Owed:
-    """What a cut at a rung took off a job's grant, owed until ``until``."""
+    """What a cut at a rung took off a job's grant, owed until ``until``.
+
+    ``iterations`` is what the cut took off; the continuation is sized to the
+    time left in the slice at the job's measured speed where it has one
+    (:func:`owed_now`)."""
 
     iterations: int
     until: float
@@ -98,16 +102,17 @@ def continuations(owed: dict[int, Owed], waiting: Mapping[int, JobView], gone: s
     Entries of ``gone`` jobs (stopped, paused, finished) and entries whose
     slice has ended are dropped; the others stay until the grant made of
     them is cut again (:func:`note_cut`) or runs to its end. Worked example:
-    owed ``{4: 500 until 12.0, 7: 200 until 11.0}`` at 11.5, both waiting:
-    job 7's slice has ended (it goes back to the ranking), and job 4 gets
-    one grant of 500 iterations."""
+    owed ``{4: 500 until 12.0, 7: 200 until 11.0}`` at 11.5, both waiting,
+    job 4 measured at 0.002 s an iteration: job 7's slice has ended (it goes
+    back to the ranking), and job 4 gets one grant of 250 iterations, the
+    half second left of its slice."""
     grants: list[Grant] = []
     for job_id, entry in list(owed.items()):
         if job_id in gone or entry.until < now:
             del owed[job_id]
         elif job_id in waiting and len(grants) < free_slots:
             job = waiting[job_id]
-            iterations = min(entry.iterations, job.remaining_iterations)
+            iterations = min(owed_now(entry, job, now), job.remaining_iterations)
             if iterations <= 0:
                 del owed[job_id]
                 continue
@@ -116,3 +121,21 @@ def continuations(owed: dict[int, Owed], waiting: Mapping[int, JobView], gone: s
                 reason=f"continues its grant past iteration {job.iterations_done}, where "
                        "its experiment's early-stopping rule judged it and kept it"))
     return grants
+
+
+def owed_now(entry: Owed, job: JobView, now: float) -> int:
+    """Iterations that fill the rest of ``entry``'s slice at ``job``'s measured
+    speed; what the cut took off where it has none yet.
+
+    The cut grant was sized on a speed estimated before the job had run (a
+    new configuration borrows similar jobs'), and the iterations it took off
+    keep that estimate's error: on the CNN sweep a configuration measured at
+    2.0-3.2 ms an iteration was sized at 3.5 ms, so its first slice ran 0.66 s
+    of its 1 s, and one sized too fast overran its slice by as much, holding
+    a slot the ranking should have given. Worked example: owed 500 until
+    12.0, at 11.5, measured at 0.002 s an iteration: 250."""
+    spi = job.seconds_per_iteration
+    if not spi:
+        return entry.iterations
+    # The epsilon: 2.8 s left at 0.002 s is 1,400 iterations, not float's 1,399.99.
+    return int((entry.until - now) / spi + 1e-9)

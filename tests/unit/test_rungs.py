@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from backend.scheduling.early_stopping import RuleConfig, judged_at
 from backend.scheduling.residency import SlotView, amortised
-from backend.scheduling.rungs import Owed, at_rung, continuations, cut_at_rung, next_rung
+from backend.scheduling.rungs import (
+    Owed,
+    at_rung,
+    continuations,
+    cut_at_rung,
+    next_rung,
+    owed_now,
+)
 from backend.scheduling.types import Grant, JobView, LossPoint
 
 PREDICTIVE = RuleConfig(rule="predictive", min_iterations=100)
@@ -76,19 +83,44 @@ def test_what_a_cut_takes_off_is_owed_and_granted_once_the_job_waits() -> None:
     assert cut_at_rung(grant(600, job_id=8), job(8, done=150), PREDICTIVE, owed, 10.0,
                        1.0).iterations == 50
     assert owed == {4: Owed(500, 11.0), 8: Owed(550, 16.0)}
-    # Job 4's chunk ended at its rung and the rule kept it; job 8 still runs.
-    again = continuations(owed, {4: job(4, done=100)}, set(), free_slots=2, now=11.0)
-    assert [(g.job_id, g.iterations) for g in again] == [(4, 500)]
+    # Job 4's chunk ended at its rung at 10.4 (0.004 s an iteration measured)
+    # and the rule kept it; job 8 still runs. It is owed the rest of its
+    # slice at its own speed: 0.6 s, 150 iterations.
+    again = continuations(owed, {4: job(4, done=100, spi=0.004)}, set(), free_slots=2,
+                          now=10.4)
+    assert [(g.job_id, g.iterations) for g in again] == [(4, 150)]
     assert again[0].reason == ("continues its grant past iteration 100, where its experiment's "
                                "early-stopping rule judged it and kept it")
-    # The continuation is cut at the next rung in turn, owes the rest, and
-    # keeps the deadline of the grant it continues.
-    assert cut_at_rung(again[0], job(4, done=100), PREDICTIVE, owed, 11.0,
+    # A continuation cut at the next rung in turn owes the rest and keeps the
+    # deadline of the grant it continues.
+    assert cut_at_rung(again[0], job(4, done=100, spi=0.004), PREDICTIVE, owed, 10.4,
                        1.0).iterations == 100
-    assert owed == {4: Owed(400, 11.0), 8: Owed(550, 16.0)}
+    assert owed == {4: Owed(50, 11.0), 8: Owed(550, 16.0)}
     # Run to its end, a continuation owes nothing more.
     cut_at_rung(grant(30, job_id=4), job(4, done=200), PREDICTIVE, owed, 11.0, 1.0)
     assert owed == {8: Owed(550, 16.0)}
+
+
+def test_the_rest_of_a_slice_is_sized_at_the_jobs_measured_speed() -> None:
+    # Job 4 was new when granted: 600 iterations sized on a borrowed 0.005 s
+    # estimate (a 3 s slice, to 13.0), cut to 100 at its first rung.
+    owed: dict[int, Owed] = {}
+    new = JobView(job_id=4, tenant_id=1, submitted_at=0.0, iterations_done=0,
+                  max_iterations=5000, experiment_id=7, estimated_seconds_per_iteration=0.005)
+    cut_at_rung(grant(600, job_id=4), new, PREDICTIVE, owed, 10.0, 1.0)
+    assert owed == {4: Owed(500, 13.0)}
+    # Faster than borrowed (0.002 s, at the rung by 10.2): the 2.8 s left
+    # hold 1,400 iterations, not the 500 the estimate cut off.
+    fast = job(4, done=100, most=5000, spi=0.002)
+    assert [g.iterations for g in continuations(dict(owed), {4: fast}, set(), 1, 10.2)] == [1400]
+    # Slower (0.02 s, at the rung by 12.0): the 1 s left hold 50, not 500.
+    slow = job(4, done=100, most=5000, spi=0.02)
+    assert [g.iterations for g in continuations(dict(owed), {4: slow}, set(), 1, 12.0)] == [50]
+    # Less than an iteration left: nothing owed, it is ranked again.
+    left = dict(owed)
+    assert continuations(left, {4: slow}, set(), 1, 12.99) == [] and left == {}
+    # No measured speed yet: what the cut took off.
+    assert owed_now(Owed(500, 13.0), new, 12.0) == 500
 
 
 def test_a_slice_that_has_ended_is_owed_nothing() -> None:
