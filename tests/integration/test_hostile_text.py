@@ -40,9 +40,12 @@ def portal(module_db_url: str, redis_url: str,
     running = start_portal(
         data_dir=tmp_path_factory.mktemp("portal"), db_url=module_db_url, redis_url=redis_url,
         # No idle save between a job's two chunks (IDLE_SAVE_SECONDS): the
-        # state tests are about the save at the job's end.
+        # state tests are about the save at the job's end. A lease of 20 s, as
+        # in test_loop_hostile: an uploaded trainer's first sandbox start took
+        # 7 s on a loaded machine, past the test portal's 6 s, and its chunk
+        # was counted lost (a second grant these tests count).
         extra_env={"SANDBOX_STEP_TIMEOUT_SECONDS": "4", "SANDBOX_MAX_STATE_MIB": "1",
-                   "IDLE_SAVE_SECONDS": "600"})
+                   "IDLE_SAVE_SECONDS": "600", "LEASE_SECONDS": "20"})
     try:
         yield running
     finally:
