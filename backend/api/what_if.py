@@ -50,6 +50,11 @@ class WhatIfRequest(BaseModel):
         "(default: the one in force), so settings can be compared on the portal's own "
         "history before one is set; a run at another guard than the one in force is "
         "labelled with it, 'slaq (guard 0.6)'")
+    completion_weights: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=list, max_length=3,
+        description="slaq's completion weights to replay it at, each 0 (off) to 1 "
+        "(default: the one in force); a run at another weight than the one in force is "
+        "labelled with it, 'slaq (weight 0.01)'")
 
     @field_validator("policies")
     @classmethod
@@ -57,17 +62,19 @@ class WhatIfRequest(BaseModel):
         check_policies(policies)
         return list(dict.fromkeys(policies))
 
-    @field_validator("completion_guards")
+    @field_validator("completion_guards", "completion_weights")
     @classmethod
-    def _distinct(cls, guards: list[float]) -> list[float]:
-        return list(dict.fromkeys(guards))
+    def _distinct(cls, values: list[float]) -> list[float]:
+        return list(dict.fromkeys(values))
 
     @model_validator(mode="after")
     def _bounded(self) -> WhatIfRequest:
-        runs = len(policy_runs(self.policies, self.completion_guards))
+        runs = len(policy_runs(self.policies, self.completion_guards,
+                               weights=self.completion_weights))
         if runs > MAX_RUNS:
-            raise ValueError(f"that is {runs} runs to replay; a replay compares at most "
-                             f"{MAX_RUNS}: choose fewer policies or completion guards")
+            raise ValueError(f"that is {runs} runs to replay (slaq runs once per guard and "
+                             f"weight); a replay compares at most {MAX_RUNS}: choose fewer "
+                             "policies, completion guards or completion weights")
         return self
 
 
@@ -95,7 +102,8 @@ def start_what_if(body: WhatIfRequest, session: SessionDep, scope: PlatformAdmin
                     settings.chunk_seconds, tenant_views(session),
                     completion_guards=body.completion_guards,
                     in_force=in_force.completion_guard,
-                    completion_weight=in_force.completion_weight, hours=body.hours,
+                    completion_weight=in_force.completion_weight,
+                    completion_weights=body.completion_weights, hours=body.hours,
                     extra={"slots": slots, "chunk_seconds": settings.chunk_seconds,
                            "active_policy": in_force.name,
                            "completion_guard": in_force.completion_guard,

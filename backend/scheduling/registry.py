@@ -61,24 +61,39 @@ class PolicyRun(NamedTuple):
     label: str
     policy: str
     completion_guard: float | None
+    completion_weight: float | None = None
+    """slaq's completion weight for this run; ``None``: the one in force."""
+
+
+WEIGHTED: frozenset[str] = frozenset({"slaq"})
+"""Policies with a completion term (slaq's ``completion_weight``)."""
 
 
 def policy_runs(policies: Sequence[str], guards: Sequence[float] = (),
-                in_force: float | None = None) -> list[PolicyRun]:
+                in_force: float | None = None, weights: Sequence[float] = (),
+                weight_in_force: float | None = None) -> list[PolicyRun]:
     """``policies`` in order, each ``GUARDED`` one once per completion guard in
     ``guards`` (none: once, at ``in_force``, or its default if that is
-    ``None``). A guarded run is labelled with its guard, ``"slaq (guard
-    0.6)"``, unless that guard is the one in force, so a label names the policy
-    as the portal runs it only when it is that policy."""
+    ``None``), and each ``WEIGHTED`` one also once per completion weight in
+    ``weights`` (none: the one in force). A run is labelled with the settings
+    it runs at that are not the ones in force, ``"slaq (guard 0.6)"`` or
+    ``"slaq (guard 0.6, weight 0.01)"``, so a label names the policy as the
+    portal runs it only when it is that policy."""
     out: list[PolicyRun] = []
     for name in policies:
         if name not in GUARDED:
             out.append(PolicyRun(name, name, None))
             continue
         chosen: list[float | None] = list(guards) or [in_force]
+        weighed: list[float | None] = \
+            (list(weights) or [weight_in_force]) if name in WEIGHTED else [None]
         for guard in chosen:
-            label = name if guard == in_force else f"{name} (guard {guard:g})"
-            out.append(PolicyRun(label, name, guard))
+            for weight in weighed:
+                changed = [f"{what} {value:g}" for what, value, now in
+                           (("guard", guard, in_force), ("weight", weight, weight_in_force))
+                           if value is not None and value != now]
+                label = f"{name} ({', '.join(changed)})" if changed else name
+                out.append(PolicyRun(label, name, guard, weight))
     return out
 
 

@@ -53,12 +53,14 @@ MAX_RUNS = 8
 def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
            chunk_seconds: float, tenants: Mapping[int, TenantView] | None = None,
            progress: Progress | None = None, completion_guards: Sequence[float] = (),
-           in_force: float | None = None, completion_weight: float | None = None
-           ) -> list[Replay]:
+           in_force: float | None = None, completion_weight: float | None = None,
+           completion_weights: Sequence[float] = ()) -> list[Replay]:
     """The workload as it ran, then under each of ``policies``: the guarded
     ones once per completion guard in ``completion_guards`` (none: the one in
-    force), labelled as :func:`~backend.scheduling.registry.policy_runs` does;
-    slaq with the operators' ``completion_weight``, as the live scheduler runs it."""
+    force, ``in_force``), slaq also once per completion weight in
+    ``completion_weights`` (none: the operators' ``completion_weight``, as
+    the live scheduler runs it), labelled as
+    :func:`~backend.scheduling.registry.policy_runs` does."""
     check_replayable(workload)
     check_policies(policies)
     arrivals = list(workload.trace.arrivals)
@@ -67,13 +69,14 @@ def replay(workload: PortalWorkload, policies: Sequence[str], *, slots: int,
     config = SimConfig(slots=slots, chunk_seconds=chunk_seconds, tenants=dict(tenants or {}),
                        history_points=LIVE_HISTORY_POINTS, attained_overhead=False)
     out = [Replay("as run", workload.as_run, figures(workload.as_run))]
-    for run in policy_runs(policies, completion_guards, in_force):
+    for run in policy_runs(policies, completion_guards, in_force, completion_weights,
+                           completion_weight):
         tick = None if progress is None else partial(progress, run.label)
         if tick is not None:
             tick(0)
         policy = build_policy(run.policy, workload.trace, arrivals,
                               completion_guard=run.completion_guard,
-                              completion_weight=completion_weight)
+                              completion_weight=run.completion_weight)
         result = simulate(policy, workload.trace, arrivals, config, progress=tick)
         out.append(Replay(run.label, result, figures(result)))
     return out

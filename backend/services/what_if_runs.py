@@ -108,6 +108,8 @@ class ReplayJob:
     """The completion guard in force: a run at it is labelled with the policy's name."""
     completion_weight: float = 0.0
     """slaq's completion weight in force: slaq replays with it, as the live scheduler runs."""
+    completion_weights: Sequence[float] = ()
+    """Completion weights to replay slaq at (none: ``completion_weight``)."""
     hours: float | None = None
     """The window as asked ("the last N hours"): the page shows a replay with it."""
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -118,7 +120,8 @@ class ReplayJob:
     def labels(self) -> list[str]:
         """The simulated runs' labels, in the order they replay (progress names them)."""
         return [run.label for run in policy_runs(self.policies, self.completion_guards,
-                                                 self.in_force)]
+                                                 self.in_force, self.completion_weights,
+                                                 self.completion_weight)]
 
 
 def start(client: redis.Redis, keys: RedisKeys, job: ReplayJob, *, started_by: str) -> str:
@@ -212,6 +215,7 @@ def _replay_process(keys: RedisKeys, run_id: str, job: ReplayJob) -> None:
                          chunk_seconds=job.chunk_seconds, tenants=job.tenants,
                          completion_guards=job.completion_guards, in_force=job.in_force,
                          completion_weight=job.completion_weight,
+                         completion_weights=job.completion_weights,
                          progress=_Progress(client, keys.what_if_run(run_id),
                                             _job_count(workload)))
         answer = {**report(workload, replays), **job.extra}

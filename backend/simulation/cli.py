@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from backend.scheduling.metrics import Figures, figures
+from backend.scheduling.policies.slaq import COMPLETION_WEIGHT as DEFAULT_COMPLETION_WEIGHT
 from backend.scheduling.registry import DEFAULT_COMPLETION_GUARD, POLICIES, policy_runs
 from backend.scheduling.simulator import SimConfig, SimResult, build_policy, simulate
 from backend.scheduling.trace import load_trace, save_trace
@@ -34,22 +35,25 @@ SIM_POLICIES = ("fifo", "fair", "las", "slaq-classic", "slaq", "oracle")
 def run_policies(
     trace_path: Path, policies: list[str], *, slots: int, load: float, seed: int,
     jobs: int | None = None, chunk_seconds: float = 1.0, tenants: int = 1,
-    completion_guards: Sequence[float] = (),
+    completion_guards: Sequence[float] = (), completion_weights: Sequence[float] = (),
 ) -> dict[str, tuple[SimResult, Figures]]:
     """Simulate one workload under each policy; shared by the CLI and benchmarks.
 
     A trace with recorded arrivals (``record-trace --from-portal``) replays
     them; ``load``, ``seed``, ``jobs`` and ``tenants`` then do not apply.
     The guarded policies run once per completion guard in
-    ``completion_guards`` (none: their default), labelled ``"slaq (guard 0.6)"``."""
+    ``completion_guards`` (none: their default), labelled ``"slaq (guard 0.6)"``,
+    and slaq once per completion weight in ``completion_weights`` (none: its
+    default), ``"slaq (weight 0.01)"``."""
     trace = load_trace(trace_path)
     arrivals = list(trace.arrivals) or generate_workload(
         trace, slots=slots, load=load, jobs=jobs, seed=seed, tenants=tenants,
         chunk_seconds=chunk_seconds)
     config = SimConfig(slots=slots, chunk_seconds=chunk_seconds)
     out = {}
-    for run in policy_runs(policies, completion_guards):
-        policy = build_policy(run.policy, trace, arrivals, completion_guard=run.completion_guard)
+    for run in policy_runs(policies, completion_guards, weights=completion_weights):
+        policy = build_policy(run.policy, trace, arrivals, completion_guard=run.completion_guard,
+                              completion_weight=run.completion_weight)
         result = simulate(policy, trace, arrivals, config)
         out[run.label] = (result, figures(result))
     return out
@@ -89,6 +93,10 @@ def simulate_main(argv: list[str]) -> int:
                         help="slaq's and oracle's completion-time guard: the share of a "
                         "round-robin turn every job is guaranteed, 0 (off) to 1 (default "
                         f"{DEFAULT_COMPLETION_GUARD:g}); repeat it to compare settings")
+    parser.add_argument("--completion-weight", type=float, action="append", default=[],
+                        metavar="WEIGHT",
+                        help="slaq's completion weight, 0 (off) to 1 (default "
+                        f"{DEFAULT_COMPLETION_WEIGHT:g}); repeat it to compare settings")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--report", type=Path, help="write a Plotly HTML report here")
     args = parser.parse_args(argv)
@@ -96,11 +104,14 @@ def simulate_main(argv: list[str]) -> int:
         parser.error("--slots, --load and --chunk-seconds must be positive")
     if any(not 0 <= guard <= 1 for guard in args.completion_guard):
         parser.error("--completion-guard must be between 0 (off) and 1")
+    if any(not 0 <= weight <= 1 for weight in args.completion_weight):
+        parser.error("--completion-weight must be between 0 (off) and 1")
     policies = args.policy or list(SIM_POLICIES)
     try:
         runs = run_policies(args.trace, policies, slots=args.slots, load=args.load,
                             seed=args.seed, jobs=args.jobs, chunk_seconds=args.chunk_seconds,
-                            tenants=args.tenants, completion_guards=args.completion_guard)
+                            tenants=args.tenants, completion_guards=args.completion_guard,
+                            completion_weights=args.completion_weight)
     except (OSError, ValueError) as exc:
         print(f"slaq simulate: {exc}", file=sys.stderr)
         return 2

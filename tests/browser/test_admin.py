@@ -203,24 +203,29 @@ def test_platform_admin_replays_recent_history_under_other_policies(
     page.get_by_test_id("what-if-timeline").scroll_into_view_if_needed()
     screenshot(page, "admin-what-if")
 
-    # With slaq in force, a run at another completion guard says which and is
-    # not taken for the policy in force: changes are against how the jobs ran.
+    # With slaq in force, a run at another completion guard and weight says
+    # which and is not taken for the policy in force: changes are against how
+    # the jobs ran.
     with api_client(browser_portal, admin) as api:
         assert api.put("/api/v1/admin/policy", json={"name": "slaq"}).status_code == 200
         try:
             page.locator("#what-if-guards").fill("0.9")
+            page.locator("#what-if-weights").fill("0.01")
             page.get_by_role("button", name="Replay").click()
             expect(table.locator("tbody th")).to_have_text(
-                ["as it ran", "fair", "slaq (guard 0.9)"], timeout=60_000)
+                ["as it ran", "fair", "slaq (guard 0.9, weight 0.01)"], timeout=60_000)
             expect(table.locator("caption")).to_contain_text(
                 re.compile(r"completion guard in force [0-9.]+"))
             expect(table.locator("caption")).to_contain_text("change against how they ran")
         finally:
             api.put("/api/v1/admin/policy", json={"name": "fair"})
-    page.locator("#what-if-guards").fill("0.5, 2")
-    page.get_by_role("button", name="Replay").click()
-    expect(page.locator("#what-if-result")).to_contain_text("up to three numbers from 0 to 1")
-    page.locator("#what-if-guards").fill("")
+    for field, words in (("#what-if-guards", "Completion guards"),
+                         ("#what-if-weights", "Completion weights")):
+        page.locator(field).fill("0.5, 2")
+        page.get_by_role("button", name="Replay").click()
+        expect(page.locator("#what-if-result")).to_contain_text(
+            f"{words}: up to three numbers from 0 to 1")
+        page.locator(field).fill("")
 
     # Nothing to compare with: the page says so and sends nothing.
     for name in ("fair", "slaq"):
@@ -231,7 +236,7 @@ def test_platform_admin_replays_recent_history_under_other_policies(
     # with the window it replayed in the selector (not the default 24 h).
     page.reload()
     expect(page.get_by_test_id("what-if-table").locator("tbody th")).to_have_text(
-        ["as it ran", "fair", "slaq (guard 0.9)"])
+        ["as it ran", "fair", "slaq (guard 0.9, weight 0.01)"])
     expect(page.get_by_label("Jobs submitted in")).to_have_value("1")
     expect(page.get_by_test_id("what-if-table").locator("caption")).to_contain_text(
         "submitted in the last hour")

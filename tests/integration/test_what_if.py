@@ -82,9 +82,13 @@ def test_recorded_history_replays_into_a_report(portal: Portal, history: dict[st
     assert f"{out.name}, 2 slots, its {JOBS} recorded arrivals" in replayed.stdout
     rows = [line.split("  ")[0] for line in replayed.stdout.splitlines()[3:6]]
     assert rows == ["fair", "slaq (guard 0.25)", "slaq (guard 1)"], replayed.stdout
-    refused = _slaq(portal, "simulate", "--trace", str(out), "--completion-guard", "2")
-    assert refused.returncode == 2
-    assert "--completion-guard must be between 0 (off) and 1" in refused.stderr
+    for option in ("--completion-guard", "--completion-weight"):
+        refused = _slaq(portal, "simulate", "--trace", str(out), option, "2")
+        assert refused.returncode == 2
+        assert f"{option} must be between 0 (off) and 1" in refused.stderr
+    weighed = _slaq(portal, "simulate", "--trace", str(out), "--slots", "2", "--policy", "slaq",
+                    "--completion-weight", "0", "--completion-weight", "0.01", "--json")
+    assert list(json.loads(weighed.stdout)) == ["slaq (weight 0)", "slaq (weight 0.01)"]
     html = report.read_text()
     assert "Plotly.newPlot" in html and f"its {JOBS} recorded arrivals" in html
     as_json = _slaq(portal, "simulate", "--trace", str(out), "--slots", "2", "--policy", "las",
@@ -103,11 +107,14 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
         # The admin's completion weight is the one slaq replays with.
         assert api.put("/api/v1/admin/policy", json={"completion_weight": 0.05}).status_code == 200
         started = api.post("/api/v1/admin/what-if", json={
-            "hours": 1, "policies": ["fair", "slaq"], "completion_guards": [in_force, 1.0]})
+            "hours": 1, "policies": ["fair", "slaq"], "completion_guards": [in_force, 1.0],
+            "completion_weights": [0.05, 0.2]})
         assert started.status_code == 202, started.text
         run = started.json()
         assert started.headers["location"] == f"/api/v1/admin/what-if/{run['id']}"
-        assert run["jobs"] == JOBS and run["policies"] == ["fair", "slaq", "slaq (guard 1)"]
+        runs = ["fair", "slaq", "slaq (weight 0.2)", "slaq (guard 1)",
+                "slaq (guard 1, weight 0.2)"]
+        assert run["jobs"] == JOBS and run["policies"] == runs
         assert run["started_by"] == "ops@ops.test" and run["state"] in {"running", "done"}
         assert run["hours"] == 1.0  # the window asked, for the page's selector
 
@@ -118,14 +125,14 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
 
         done = wait_until(finished, 120, "the what-if replay to finish")
         assert done["state"] == "done", done["error"]
-        assert done["progress"] == {"policy": "slaq (guard 1)", "jobs_finished": JOBS}
+        assert done["progress"] == {"policy": runs[-1], "jobs_finished": JOBS}
         assert api.get("/api/v1/admin/what-if/latest").json()["id"] == run["id"]
         assert done["hours"] == 1.0
         assert _seconds(done["result"]["until"]) - _seconds(done["result"]["since"]) == \
             pytest.approx(3600, abs=1)
         body = done["result"]
-        # The run at the guard in force is the policy as the portal runs it.
-        assert [r["label"] for r in body["runs"]] == ["as run", "fair", "slaq", "slaq (guard 1)"]
+        # The run at the guard and weight in force is the policy as the portal runs it.
+        assert [r["label"] for r in body["runs"]] == ["as run", *runs]
         assert body["jobs"] == JOBS and body["slots"] == 2  # the slots up now
         assert body["left_out"] == {"not completed (cancelled)": 1}
         assert body["chunk_seconds"] == float(portal.env["CHUNK_SECONDS"])
@@ -150,11 +157,19 @@ def test_a_platform_admin_replays_the_last_hours(portal: Portal,
         assert bad.status_code == 422
         too_strict = api.post("/api/v1/admin/what-if", json={"completion_guards": [3]})
         assert too_strict.status_code == 422 and "completion_guards" in too_strict.text
+        too_heavy = api.post("/api/v1/admin/what-if", json={"completion_weights": [0.1, 2]})
+        assert too_heavy.status_code == 422 and "completion_weights" in too_heavy.text
+        squared = api.post("/api/v1/admin/what-if", json={
+            "policies": ["fair", "slaq"], "completion_guards": [0, 0.5, 1],
+            "completion_weights": [0, 0.01, 0.1]})
+        assert squared.status_code == 422
+        assert "that is 10 runs to replay (slaq runs once per guard and weight)" in squared.text
         too_many = api.post("/api/v1/admin/what-if", json={
             "policies": ["fair", "las", "fifo", "slaq-classic", "slaq", "oracle"],
             "completion_guards": [0, 0.5, 1]})
         assert too_many.status_code == 422
-        assert "that is 10 runs to replay; a replay compares at most 8" in too_many.text
+        assert "that is 10 runs to replay (slaq runs once per guard and weight); a replay " \
+            "compares at most 8" in too_many.text
         unknown = api.post("/api/v1/admin/what-if", json={"policies": ["nope"]})
         assert unknown.status_code == 422 and "unknown policy 'nope'" in unknown.text
         empty = api.post("/api/v1/admin/what-if", json={"hours": 1e-6})

@@ -117,3 +117,22 @@ def test_a_what_if_replay_runs_slaq_with_the_operators_weight() -> None:
         return next(r.figures.mean_completion for r in runs if r.label.startswith("slaq"))
 
     assert slaq_completion(0.3) < slaq_completion(None)
+
+
+def test_a_what_if_replay_runs_slaq_once_per_weight_asked_for() -> None:
+    # An admin compares weights before setting one: each run is slaq at its
+    # own weight, labelled with it unless it is the one in force.
+    trace = synthetic_trace(0, per_shape=3)
+    arrivals = generate_workload(trace, slots=2, load=2.0, jobs=21, seed=0,
+                                 chunk_seconds=0.1)
+    recorded = Trace(curves=trace.curves, arrivals=tuple(arrivals))
+    as_run = simulate(build_policy("fair", recorded, arrivals), recorded, arrivals,
+                      SimConfig(slots=2, chunk_seconds=0.1))
+    load = PortalWorkload(recorded, as_run, since=utcnow(), until=utcnow())
+    runs = replay(load, ["slaq"], slots=2, chunk_seconds=0.1, completion_weight=0.0,
+                  completion_weights=[0.0, 0.3])
+    completion = {r.label: r.figures.mean_completion for r in runs}
+    assert list(completion) == ["as run", "slaq", "slaq (weight 0.3)"]
+    alone = replay(load, ["slaq"], slots=2, chunk_seconds=0.1, completion_weight=0.3)
+    assert completion["slaq (weight 0.3)"] == alone[1].figures.mean_completion
+    assert completion["slaq (weight 0.3)"] < completion["slaq"]

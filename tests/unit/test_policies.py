@@ -100,8 +100,21 @@ def test_policy_runs_label_a_guarded_policy_by_its_guard_unless_in_force() -> No
         ("oracle", "oracle", 0.25), ("oracle (guard 0.6)", "oracle", 0.6)]
     # No guard asked for: each policy once, at the guard in force or its default.
     assert [tuple(r) for r in policy_runs(["las", "slaq"], in_force=0.4)] == [
-        ("las", "las", None), ("slaq", "slaq", 0.4)]
+        ("las", "las", None, None), ("slaq", "slaq", 0.4, None)]
     assert [r.label for r in policy_runs(["slaq"], [1.0])] == ["slaq (guard 1)"]
+
+
+def test_policy_runs_run_slaq_once_per_guard_and_weight() -> None:
+    runs = policy_runs(["slaq", "oracle"], [0.25, 0.6], in_force=0.25, weights=[0, 0.01],
+                       weight_in_force=0.0)
+    assert [(r.label, r.completion_guard, r.completion_weight) for r in runs] == [
+        ("slaq", 0.25, 0), ("slaq (weight 0.01)", 0.25, 0.01),
+        ("slaq (guard 0.6)", 0.6, 0), ("slaq (guard 0.6, weight 0.01)", 0.6, 0.01),
+        # oracle has no completion term: once per guard.
+        ("oracle", 0.25, None), ("oracle (guard 0.6)", 0.6, None)]
+    # No weight asked for: slaq at the one in force, labelled by its name.
+    assert [(r.label, r.completion_weight) for r in policy_runs(["slaq"], weight_in_force=0.05)
+            ] == [("slaq", 0.05)]
 
 
 @pytest.mark.parametrize("name", ALL_POLICIES)

@@ -52,6 +52,7 @@ export function whatIfSection() {
   hours.value = "24";
   const slots = h("input", { id: "what-if-slots", name: "slots", type: "number", min: "1", max: "4096", placeholder: "as now", "aria-describedby": "what-if-slots-help" });
   const guards = h("input", { id: "what-if-guards", name: "completion_guards", type: "text", inputmode: "decimal", placeholder: "as in force", "aria-describedby": "what-if-guards-help" });
+  const weights = h("input", { id: "what-if-weights", name: "completion_weights", type: "text", inputmode: "decimal", placeholder: "as in force", "aria-describedby": "what-if-weights-help" });
   const boxes = POLICIES.map((p) => h("label", { class: "inline-check" },
     h("input", { type: "checkbox", name: "policy", value: p, checked: DEFAULT_POLICIES.has(p) }), ` ${p}`));
   const button = h("button", { type: "submit", class: "btn btn-primary" }, "Replay");
@@ -61,6 +62,8 @@ export function whatIfSection() {
       h("span", { class: "help", id: "what-if-slots-help" }, "empty: the slots up now")),
     h("div", { class: "field" }, h("label", { for: "what-if-guards" }, "Completion guards"), guards,
       h("span", { class: "help", id: "what-if-guards-help" }, "slaq's, up to 3 from 0 to 1, e.g. 0.25, 0.6")),
+    h("div", { class: "field" }, h("label", { for: "what-if-weights" }, "Completion weights"), weights,
+      h("span", { class: "help", id: "what-if-weights-help" }, "slaq's, up to 3 from 0 to 1, e.g. 0, 0.01")),
     h("fieldset", {}, h("legend", {}, "Policies to compare"), h("div", { class: "chart-tools" }, boxes)),
     button);
   const out = h("div", { id: "what-if-result", "aria-live": "polite" });
@@ -96,13 +99,15 @@ export function whatIfSection() {
     }
     const body = { hours: Number(hours.value), policies };
     if (slots.value) body.slots = Number(slots.value);
-    const wanted = guards.value.split(/[\s,]+/).filter(Boolean);
-    const values = wanted.map(Number);
-    if (values.length > 3 || values.some((v) => !Number.isFinite(v) || v < 0 || v > 1)) {
-      clear(out, notice("error", "Completion guards: up to three numbers from 0 to 1, separated by commas."));
-      return;
+    for (const [input, key, what] of [[guards, "completion_guards", "Completion guards"],
+      [weights, "completion_weights", "Completion weights"]]) {
+      const values = input.value.split(/[\s,]+/).filter(Boolean).map(Number);
+      if (values.length > 3 || values.some((v) => !Number.isFinite(v) || v < 0 || v > 1)) {
+        clear(out, notice("error", `${what}: up to three numbers from 0 to 1, separated by commas.`));
+        return;
+      }
+      if (values.length) body[key] = values;
     }
-    if (values.length) body.completion_guards = values;
     button.disabled = true;
     following = null;
     clear(out, notice("loading", "Starting the replay…"));
@@ -175,7 +180,7 @@ function render(out, data, run, aside = null) {
     h("caption", {}, `${formatNumber(data.jobs)} completed jobs submitted in ${windowLabel(run.hours)} `,
       `(${formatTime(data.since)} to ${formatTime(data.until)}), on ${data.slots} slots, ${data.chunk_seconds} s chunks`,
       data.completion_guard === undefined ? "" : `, completion guard in force ${data.completion_guard}`,
-      data.completion_weight ? `, slaq's completion weight ${data.completion_weight}` : "",
+      data.completion_weight ? `, slaq's completion weight in force ${data.completion_weight}` : "",
       `; lower is better, change against ${baseName}`),
     h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Run"), FIGURES.map(([, label]) => h("th", { scope: "col" }, label)))),
     h("tbody", {}, runs.map((run) => h("tr", {},

@@ -457,7 +457,7 @@ async function loadPolicy() {
     "The completion guard trades quality for completion time: from 0 (off) to 1. ",
     "Higher values finish jobs sooner and keep less of slaq's lead on loss; ",
     "the completion weight (slaq only, from 0, off, to 1; 0.01 is already a clear nudge) moves jobs near their end ahead. ",
-    "Try a guard on your own history with the what-if replay below first (it replays slaq at the weight in force).");
+    "Try a guard or a weight on your own history with the what-if replay below first.");
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     try {
