@@ -1,12 +1,19 @@
-"""The docs' sweep spec on real workers: how many configurations the
-predictive rule stops, at which iterations, and whether it kept the best.
+"""A sweep on real workers: how many configurations the predictive rule
+stops, at which iterations, and whether it kept the best.
 
     SLAQ_TEST_REDIS_DB=11 .venv/bin/python -m tests.bench.live_stopping [--workers 2]
+        [--spec tests/bench/specs/torch-mlp-10m.json] [--baseline]
 
-The spec is read from docs/experiments.md ("The spec"), so the figures are
-those of the sweep the docs show (18 configurations of ``mlp`` on digits,
-600 iterations, judged on ``val_loss``). A fresh portal (SQLite, real Redis
-on the test database, Celery worker slots) runs it once with its rule, then,
+By default the spec is read from docs/experiments.md ("The spec"), so the
+figures are those of the sweep the docs show (18 configurations of ``mlp``
+on digits, 600 iterations, judged on ``val_loss``). ``--spec`` takes another
+(``tests/bench/specs/torch-mlp-10m.json``: 8 configurations of a 10.8M or
+16.1M parameter ``torch_mlp``, learning rate x depth, noisy minibatch
+losses, judged on ``val_loss`` every 20 iterations; it needs the torch
+extra). Besides the stops it prints how the experiment's grants were cut at
+the rule's rungs and continued (the decision log's reasons). A fresh portal
+(SQLite, real Redis on the test database, Celery worker slots) runs it once
+with its rule, then,
 with ``--baseline``, once more with ``"rule": "none"`` so that every
 configuration's final value is known: the stopped ones are compared with
 the true best, and the slot-seconds the stopped runs would have used after
@@ -28,7 +35,7 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from backend.core.db import engine_for, session_scope
-from backend.core.models import Job
+from backend.core.models import Decision, Job
 from tests.utils.portal import Portal, make_user_token, start_portal
 from tests.utils.services import TEST_REDIS_DB, test_redis
 
@@ -74,14 +81,28 @@ def key(params: dict[str, Any], space: dict[str, Any]) -> str:
                      else f"{k}={params[k]}" for k in space)
 
 
+def grant_kinds(db_url: str, job_ids: list[int]) -> dict[str, int]:
+    """The experiment's grants by kind: cut at a rung, continued past one, other."""
+    with session_scope(engine_for(db_url)) as session:
+        reasons = [str(r) for r in session.execute(
+            # A stop is logged too, as a decision of no iterations.
+            select(col(Decision.reason)).where(col(Decision.job_id).in_(job_ids),
+                                               col(Decision.iterations) > 0)).scalars()]
+    cut = sum("where its experiment's early-stopping rule judges it" in r for r in reasons)
+    continued = sum(r.startswith("continues its grant past iteration") for r in reasons)
+    return {"grants": len(reasons), "cut at a rung": cut, "continued past a rung": continued}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--spec", type=Path, default=None,
+                        help="a sweep spec (JSON) instead of the docs' one")
     parser.add_argument("--timeout", type=float, default=240)
     parser.add_argument("--baseline", action="store_true",
                         help="also run every configuration to its end (rule none)")
     args = parser.parse_args()
-    spec = docs_spec()
+    spec = docs_spec() if args.spec is None else json.loads(args.spec.read_text())
     with tempfile.TemporaryDirectory() as tmp, test_redis(Path(tmp), TEST_REDIS_DB) as redis:
         data = Path(tmp) / "portal"
         portal = start_portal(as_deployed=True,
@@ -95,6 +116,7 @@ def main() -> None:
                            args.timeout)
             seconds = attained(portal.db_url, [j["id"] for j in got["jobs"]]
                                + ([j["id"] for j in base["jobs"]] if base else []))
+            grants = grant_kinds(portal.db_url, [j["id"] for j in got["jobs"]])
         finally:
             portal.close()
     space = spec["space"]
@@ -122,6 +144,7 @@ def main() -> None:
         got["best_job_id"] not in {j["id"] for j in stopped}
     print(f"best configuration ({'true final' if base else 'best reached'}): "
           f"{best if base else got['best_job_id']}; kept: {kept_best}")
+    print("the experiment's grants: " + ", ".join(f"{k} {v}" for k, v in grants.items()))
     print(f"saved (API estimate): {got['saved_slot_seconds']:.2f} slot-seconds; "
           f"experiment used {sum(seconds[j['id']] for j in got['jobs']):.2f} training seconds")
     if base:
