@@ -62,7 +62,7 @@ from backend.scheduling.round import (
     from_backlog,
     warmup_shares,
 )
-from backend.scheduling.rungs import at_rung
+from backend.scheduling.rungs import Owed, continuations, cut_at_rung
 from backend.scheduling.types import Grant, JobView, Policy, Snapshot, TenantView
 from backend.scheduling.waiting import WaitingEntry, WaitKind
 
@@ -150,6 +150,9 @@ class Scheduler:
         self._resident: dict[int, str] = {}
         self._free: list[SlotView] = []
         self._sent_to: dict[int, str] = {}
+        # Job id -> iterations of its last grant cut off at a rung of its
+        # experiment's rule, granted again once the rule has kept it.
+        self._owed: dict[int, Owed] = {}
         # Job id -> tenant of each lengthened chunk in flight (it may yield).
         self._yielding: dict[int, int] = {}
         self._wanted_published = False
@@ -161,6 +164,7 @@ class Scheduler:
             self.state.close()
             self.state = JobState(self.redis, self.keys)
             self._backlog = []
+            self._owed = {}
             # Chunks this scheduler lengthened run out if another one takes over.
             self._yielding = {}
 
@@ -237,12 +241,23 @@ class Scheduler:
                 self._backlog = []
             dispatched: list[Grant] = []
             rejected: list[Rejected] = []
+            # Grants cut at a rung go on where the rule kept their job: the
+            # rest of a grant the policy made, not a new decision.
+            continuing = continuations(
+                self._owed, {job.job_id: job for job in snapshot.waiting()},
+                {j for j in self._owed if j not in self.state.rows or j in stopped},
+                snapshot.free_slots, snapshot.now)
+            if continuing:
+                dispatched, rejected = self._grant(session, snapshot, policy, name, continuing)
+                snapshot = after(snapshot, dispatched)
             if snapshot.free_slots > 0 and self._backlog:
                 # Slots freed while the state synced: still the last ranking
                 # first, so they never wait for the policy.
-                dispatched, rejected = self._grant(session, snapshot, policy, name,
-                                                   from_backlog(snapshot, self._backlog))
-                snapshot = after(snapshot, dispatched)
+                more, dropped = self._grant(session, snapshot, policy, name,
+                                            from_backlog(snapshot, self._backlog))
+                dispatched += more
+                rejected += dropped
+                snapshot = after(snapshot, more)
             if snapshot.free_slots > 0:
                 # The round's own ranking, beyond the free slots
                 # (backend/scheduling/round.py: rank, check, place).
@@ -293,7 +308,10 @@ class Scheduler:
         since is skipped), and quotas are this round's.
         """
         slots = len(adverts)
-        if not self._backlog or slots <= len(live) or \
+        # A slot whose job's grant was cut at a rung is kept for the rest of
+        # that grant until the rule has judged the job (after the sync).
+        owed = sum(1 for job_id in self._owed if job_id not in live)
+        if not self._backlog or slots <= len(live) + owed or \
                 (choice, tenants, self.state.arrivals) != self._backlog_basis or \
                 self.state.arrival_pending():
             return []
@@ -302,7 +320,7 @@ class Scheduler:
         candidates = [self.state.view(g.job_id, False) for g in self._backlog
                       if g.job_id in rows and g.job_id not in live
                       and rows[g.job_id].status == JobStatus.queued]
-        snapshot = Snapshot(now=time.time(), free_slots=slots - len(live), total_slots=slots,
+        snapshot = Snapshot(now=time.time(), free_slots=slots - len(live) - owed, total_slots=slots,
                             chunk_seconds=self.chunk_seconds, jobs=running + candidates,
                             tenants=tenants,
                             default_chunk_iterations=self.default_chunk_iterations,
@@ -340,11 +358,13 @@ class Scheduler:
         slots) and dispatch; a grant no pool can take now keeps waiting."""
         decided = decide(
             policy, snapshot, ranking=ranking, standings=self.stopper.standings,
-            free=self._free, resident=self._resident, default_pool=DEFAULT_POOL,
+            free=self._free, resident=self._resident, reserved=self._owed.keys(),
+            default_pool=DEFAULT_POOL,
             idle_factor=self.idle_chunk_factor if idle_factor is None else idle_factor,
-            # Cut at the experiment's next rung, where its rule judges the job.
-            cut=lambda grant, job: at_rung(
-                grant, job, self.stopper.rule_for(session, job.experiment_id)))
+            # Cut at the experiment's next rung (recording what it owes).
+            cut=lambda grant, job: cut_at_rung(
+                grant, job, self.stopper.rule_for(session, job.experiment_id), self._owed,
+                snapshot.now, self.chunk_seconds))
         for grant, reason in decided.rejected:
             # A policy bug must not oversubscribe workers or a tenant's
             # quota; the valid grants still run so the cluster keeps going.
@@ -357,6 +377,8 @@ class Scheduler:
                 if slot is not None:
                     self._free.remove(slot)
                     self._sent_to[grant.job_id] = slot.slot_id
+            else:
+                self._owed.pop(grant.job_id, None)
         return dispatched, decided.rejected
 
     def _plan_slots(self, live: set[int], claims: dict[int, str],

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import islice
 
@@ -207,18 +207,19 @@ class Decided:
 def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | None = None,
            standings: Mapping[int, Standing] | None = None, extra: int = RANKING_EXTRA,
            free: Sequence[SlotView] = (), resident: Mapping[int, str] | None = None,
-           share: float = SWITCH_SHARE,
+           reserved: Collection[int] = (), share: float = SWITCH_SHARE,
            default_pool: str = "", cut: Callable[[Grant, JobView], Grant] | None = None,
            idle_factor: float = IDLE_CHUNK_FACTOR) -> Decided:
     """Rank (unless ``ranking`` is given), check, place and put on slots.
 
     ``free``: the free slots, each with the job it holds loaded (none: no
     slots modelled, every grant goes to its pool's queue); ``resident``: job
-    id -> the slot holding its trainer; ``default_pool``: the pool name of a
-    grant placed where there are no pools; ``cut``: applied to each grant
-    last (an experiment's rungs); ``idle_factor``: chunks granted while slots
-    stay idle are up to this many chunks long
-    (:func:`~backend.scheduling.residency.unhurried`; 1: off).
+    id -> the slot holding its trainer; ``reserved``: jobs whose resident slot
+    waits for them (owed the rest of a cut grant) unless they are granted;
+    ``default_pool``: the pool name of a grant placed where there are no
+    pools; ``cut``: applied to each grant last (an experiment's rungs);
+    ``idle_factor``: chunks granted while slots stay idle are up to this many
+    chunks long (:func:`~backend.scheduling.residency.unhurried`; 1: off).
     """
     asked = 0
     over: list[Rejected] = []
@@ -236,6 +237,7 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
     ran = {grant.job_id for grant in placed}
     unplaced = sum(1 for g in ok[:snapshot.free_slots] if g.job_id not in ran)
     homes = resident or {}
+    slots = [s for s in free if s.resident_job not in reserved or s.resident_job in ran]
     views = {job.job_id: job for job in snapshot.jobs}
     # Every job that waits is granted now and slots stay idle: no decision
     # is pending for them, so chunks can be long (an arrival takes an idle slot).
@@ -243,7 +245,7 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
     waiting = (j for j in snapshot.jobs if not j.running and j.remaining_iterations > 0)
     idle = sum(1 for _ in islice(waiting, snapshot.free_slots)) < snapshot.free_slots
     out: list[tuple[Grant, SlotView | None]] = []
-    for grant, slot in assign_slots(placed, free, homes):
+    for grant, slot in assign_slots(placed, slots, homes):
         job = views.get(grant.job_id)
         if job is not None:
             # Stretched to amortise a move (or while slots idle), then cut (at

@@ -8,17 +8,13 @@ its 600 iterations in one grant, and the rule never judged it. So a grant to
 an experiment job is cut to end at the next rung, applied after every other
 sizing, and a new configuration's first grant ends at the first rung.
 
-What a cut takes off is not owed to the job: once its chunk has committed
-and the rule has kept it, it waits to be ranked again with every other job,
-where the experiment focus (:mod:`backend.scheduling.experiment_focus`)
-hands the experiment's slots to its leading configurations. Until
-2026-11-28 the rest of the grant's time slice was owed and granted again
-ahead of the ranking; measured again then, every recorded sweep found its
-best sooner without it (torch 11.9 / 5.9 / 3.0 s -> 5.6 / 2.9 / 1.6 at 2 / 4
-/ 8 slots, seeds 0-2; 11 of 12 sweep-cluster cells sooner on held-out seeds
-7-9, the 12th the same) and the other tenants' jobs kept a lower loss: a
-continuation gave a configuration chosen by queue order the rest of its
-slice before the others had shown anything (docs/experiments.md, "Rungs").
+The rung is a judgement, not a new scheduling decision: the rest of the
+grant's time slice is *owed* to the job, and once its chunk has committed and
+the rule has kept it, it is granted to it again ahead of the policy's
+ranking, on the slot it holds (:func:`continuations`). Without that, on the
+recorded torch sweep, a configuration cut at its first rung waited behind
+every other configuration's first chunk, and the sweep found its best 35%
+later (docs/experiments.md).
 
 Worked example: a predictive rule with ``min_iterations`` 100 judges at 100,
 200 and 400 of a 600-iteration budget. A job at iteration 0 granted 600
@@ -29,7 +25,8 @@ left before its end).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from backend.scheduling.early_stopping import RuleConfig, judged_at
 from backend.scheduling.types import Grant, JobView
@@ -51,3 +48,94 @@ def at_rung(grant: Grant, job: JobView, config: RuleConfig | None) -> Grant:
     return replace(grant, iterations=rung - job.iterations_done,
                    reason=f"{grant.reason}; ends at iteration {rung}, where its experiment's "
                           "early-stopping rule judges it")
+
+
+@dataclass(frozen=True)
+class Owed:
+    """What a cut at a rung took off a job's grant, owed until ``until``.
+
+    ``iterations`` is what the cut took off; the continuation is sized to the
+    time left in the slice at the job's measured speed where it has one
+    (:func:`owed_now`)."""
+
+    iterations: int
+    until: float
+    """The end of the grant's time slice: a grant cut at every rung must not
+    hold its slot for a dozen chunks' overheads (a fast job's grant can be
+    tens of thousands of iterations), so what is left then goes back to the
+    ranking."""
+
+
+def note_cut(owed: dict[int, Owed], grant: Grant, cut: Grant, job: JobView, now: float,
+             slice_seconds: float) -> None:
+    """Record in ``owed`` what cutting ``grant`` to ``cut`` took off. A cut
+    continuation keeps the deadline of the grant it continues; a new grant's
+    slice is the chunk length, or the grant's own length where it is longer
+    (a move stretched to amortise its switch)."""
+    left = grant.iterations - cut.iterations
+    if left <= 0:
+        owed.pop(job.job_id, None)
+        return
+    before = owed.get(job.job_id)
+    if before is not None:
+        until = before.until
+    else:
+        spi = job.seconds_per_iteration or job.estimated_seconds_per_iteration or 0.0
+        until = now + max(slice_seconds, grant.iterations * spi)
+    owed[job.job_id] = Owed(left, until)
+
+
+def cut_at_rung(grant: Grant, job: JobView, config: RuleConfig | None, owed: dict[int, Owed],
+                now: float, slice_seconds: float) -> Grant:
+    """:func:`at_rung`, noting in ``owed`` what the cut took off the grant
+    (:func:`note_cut`), for :func:`continuations`."""
+    cut = at_rung(grant, job, config)
+    note_cut(owed, grant, cut, job, now, slice_seconds)
+    return cut
+
+
+def continuations(owed: dict[int, Owed], waiting: Mapping[int, JobView], gone: set[int],
+                  free_slots: int, now: float) -> list[Grant]:
+    """Grants of what ``owed`` holds for jobs waiting now (their chunk ended at
+    a rung and the rule kept them), at most ``free_slots``, in the order cut.
+
+    Entries of ``gone`` jobs (stopped, paused, finished) and entries whose
+    slice has ended are dropped; the others stay until the grant made of
+    them is cut again (:func:`note_cut`) or runs to its end. Worked example:
+    owed ``{4: 500 until 12.0, 7: 200 until 11.0}`` at 11.5, both waiting,
+    job 4 measured at 0.002 s an iteration: job 7's slice has ended (it goes
+    back to the ranking), and job 4 gets one grant of 250 iterations, the
+    half second left of its slice."""
+    grants: list[Grant] = []
+    for job_id, entry in list(owed.items()):
+        if job_id in gone or entry.until < now:
+            del owed[job_id]
+        elif job_id in waiting and len(grants) < free_slots:
+            job = waiting[job_id]
+            iterations = min(owed_now(entry, job, now), job.remaining_iterations)
+            if iterations <= 0:
+                del owed[job_id]
+                continue
+            grants.append(Grant(
+                job_id=job_id, iterations=iterations, predicted_gain=None,
+                reason=f"continues its grant past iteration {job.iterations_done}, where "
+                       "its experiment's early-stopping rule judged it and kept it"))
+    return grants
+
+
+def owed_now(entry: Owed, job: JobView, now: float) -> int:
+    """Iterations that fill the rest of ``entry``'s slice at ``job``'s measured
+    speed; what the cut took off where it has none yet.
+
+    The cut grant was sized on a speed estimated before the job had run (a
+    new configuration borrows similar jobs'), and the iterations it took off
+    keep that estimate's error: on the CNN sweep a configuration measured at
+    2.0-3.2 ms an iteration was sized at 3.5 ms, so its first slice ran 0.66 s
+    of its 1 s, and one sized too fast overran its slice by as much, holding
+    a slot the ranking should have given. Worked example: owed 500 until
+    12.0, at 11.5, measured at 0.002 s an iteration: 250."""
+    spi = job.seconds_per_iteration
+    if not spi:
+        return entry.iterations
+    # The epsilon: 2.8 s left at 0.002 s is 1,400 iterations, not float's 1,399.99.
+    return int((entry.until - now) / spi + 1e-9)

@@ -71,10 +71,12 @@ from backend.scheduling.round import (
     Decided,
     WarmupShares,
     admit,
+    after,
     allowance,
     decide,
     warmup_shares,
 )
+from backend.scheduling.rungs import Owed, continuations, note_cut
 from backend.scheduling.speed import SpeedEstimates
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.types import (
@@ -378,6 +380,7 @@ def simulate(
     ready_at = -math.inf  # the end of the last decision: the next cannot start before
     seq = len(jobs)
     finished = 0
+    owed: dict[int, Owed] = {}  # job id -> what a cut at a rung took off its grant
     yielders: dict[int, SimJob] = {}  # lengthened chunks in flight, before their yield point
     shares = warmup_shares(policy)
     while events:
@@ -441,9 +444,14 @@ def simulate(
             for job_id in fresh.get(job_kind, ()):
                 views[job_id] = jobs[job_id].view(speeds.get(job_kind))
         moved.clear()
+        # A grant cut at a rung goes on past it once the rule has kept the
+        # job, ahead of the policy, as live (backend.scheduling.rungs).
+        continuing = continuations(
+            owed, {j: views[j] for j in owed if j in active and not active[j].running},
+            {j for j in owed if j not in active or active[j].stopped}, free, now)
         started = wallclock.perf_counter()
         placed = decide_round(policy, views, config, now=now, free=free, pool_free=pool_free,
-                              slots=slots, result=result, shares=shares)
+                              slots=slots, continuing=continuing, result=result, shares=shares)
         took = wallclock.perf_counter() - started
         result.decision_seconds += took
         result.decision_times.append(took)
@@ -455,7 +463,9 @@ def simulate(
             begin = ready_at = now + cost
         for grant, pool_name, slot in placed:
             if rungs is not None:
-                grant = rungs(grant, views[grant.job_id])
+                cut = rungs(grant, views[grant.job_id])
+                note_cut(owed, grant, cut, views[grant.job_id], begin, config.chunk_seconds)
+                grant = cut
             job = active[grant.job_id]
             speed = 1.0
             if pool_name is not None:
@@ -493,7 +503,7 @@ def simulate(
 
 def decide_round(policy: Policy, views: Mapping[int, JobView], config: SimConfig, *,
                  now: float, free: int | None = None, pool_free: Mapping[str, int] | None = None,
-                 slots: list[_Slot] | None = None,
+                 slots: list[_Slot] | None = None, continuing: Sequence[Grant] = (),
                  result: SimResult | None = None, shares: WarmupShares | None = None
                  ) -> list[tuple[Grant, str | None, int | None]]:
     """One decision of the simulated cluster, the live scheduler's round
@@ -501,7 +511,8 @@ def decide_round(policy: Policy, views: Mapping[int, JobView], config: SimConfig
     on pools and slots. ``views``: the active jobs, in arrival order;
     ``free`` / ``pool_free``: free slots in all and per pool (default: all of
     them); ``slots``: the slots and the trainers they hold (default: all free
-    and empty, or none without ``config.residency``). Returns each grant with its pool
+    and empty, or none without ``config.residency``); ``continuing``: the rest
+    of grants cut at a rung, run first. Returns each grant with its pool
     (``None`` without pools) and its slot (an index into ``slots``)."""
     pools = {p.name: p for p in config.pools}
     if pool_free is None:
@@ -517,7 +528,7 @@ def decide_round(policy: Policy, views: Mapping[int, JobView], config: SimConfig
         resident=frozenset(j for j in (s.view.resident_job for s in slots if not s.busy)
                            if j is not None),
     )
-    return _decide(policy, snapshot, slots, config,
+    return _decide(policy, snapshot, continuing, slots, config,
                    SimResult(policy.name, [], 0, 0.0, 0) if result is None else result,
                    bool(pools))
 
@@ -547,11 +558,12 @@ def _admitted(views: Mapping[int, JobView], config: SimConfig,
             or view.running or view.chunks_run or view.iterations_done]
 
 
-def _decide(policy: Policy, snapshot: Snapshot, slots: list[_Slot],
+def _decide(policy: Policy, snapshot: Snapshot, continuing: Sequence[Grant], slots: list[_Slot],
             config: SimConfig, result: SimResult, pooled: bool
             ) -> list[tuple[Grant, str | None, int | None]]:
     """The live scheduler's round (:func:`backend.scheduling.round.decide`):
-    the policy's ranking beyond the free slots, checked against the hard limits, placed on pools and
+    the rest of grants cut at a rung first, then the policy's ranking beyond
+    the free slots, checked against the hard limits, placed on pools and
     slots; each grant with its pool (``None`` without pools) and its slot (an
     index into ``slots``; ``None`` without residency)."""
     index = {s.view.slot_id: i for i, s in enumerate(slots)}
@@ -569,6 +581,12 @@ def _decide(policy: Policy, snapshot: Snapshot, slots: list[_Slot],
                 free.remove(slot)
             out.append((grant, grant.pool or None, None if slot is None else index[slot.slot_id]))
 
+    if continuing:
+        decided = decide(policy, snapshot, ranking=list(continuing), free=free,
+                         resident=resident, share=config.switch_share,
+                         idle_factor=config.idle_factor)
+        run(decided)
+        snapshot = after(snapshot, [grant for grant, _ in decided.grants])
     if snapshot.free_slots > 0:
         run(decide(policy, snapshot, extra=config.ranking_extra, free=free, resident=resident,
                    share=config.switch_share, idle_factor=config.idle_factor))

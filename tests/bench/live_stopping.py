@@ -10,8 +10,8 @@ on digits, 600 iterations, judged on ``val_loss``). ``--spec`` takes another
 (``tests/bench/specs/torch-mlp-10m.json``: 8 configurations of a 10.8M or
 16.1M parameter ``torch_mlp``, learning rate x depth, noisy minibatch
 losses, judged on ``val_loss`` every 20 iterations; it needs the torch
-extra). Besides the stops it prints how many of the experiment's grants
-were cut at the rule's rungs (the decision log's reasons). A fresh portal
+extra). Besides the stops it prints how the experiment's grants were cut at
+the rule's rungs and continued (the decision log's reasons). A fresh portal
 (SQLite, real Redis on the test database, Celery worker slots) runs it once
 with its rule, then,
 with ``--baseline``, once more with ``"rule": "none"`` so that every
@@ -82,14 +82,15 @@ def key(params: dict[str, Any], space: dict[str, Any]) -> str:
 
 
 def grant_kinds(db_url: str, job_ids: list[int]) -> dict[str, int]:
-    """The experiment's grants, and how many were cut to end at a rung."""
+    """The experiment's grants by kind: cut at a rung, continued past one, other."""
     with session_scope(engine_for(db_url)) as session:
         reasons = [str(r) for r in session.execute(
             # A stop is logged too, as a decision of no iterations.
             select(col(Decision.reason)).where(col(Decision.job_id).in_(job_ids),
                                                col(Decision.iterations) > 0)).scalars()]
     cut = sum("where its experiment's early-stopping rule judges it" in r for r in reasons)
-    return {"grants": len(reasons), "cut at a rung": cut}
+    continued = sum(r.startswith("continues its grant past iteration") for r in reasons)
+    return {"grants": len(reasons), "cut at a rung": cut, "continued past a rung": continued}
 
 
 def main() -> None:

@@ -1,18 +1,21 @@
 """Grants of an experiment's jobs end at its rule's rungs, on literal inputs:
 a new configuration's first grant ends at the first rung, a stretch to
-amortise a move never carries a job past a rung, and a job cut at a rung
-is ranked again with the others (nothing of its grant is owed to it)."""
+amortise a move never carries a job past a rung, and what a cut takes off is
+granted again once the rule has kept the job."""
 
 from __future__ import annotations
 
 from backend.scheduling.early_stopping import RuleConfig, judged_at
 from backend.scheduling.residency import SlotView, amortised
-from backend.scheduling.rungs import at_rung, next_rung
-from backend.scheduling.simulator import SimConfig, build_policy, simulate
-from backend.scheduling.trace import Trace, TraceCurve
+from backend.scheduling.rungs import (
+    Owed,
+    at_rung,
+    continuations,
+    cut_at_rung,
+    next_rung,
+    owed_now,
+)
 from backend.scheduling.types import Grant, JobView, LossPoint
-from backend.scheduling.workload import Arrival
-from backend.simulation.sweep_stopping import SweepStopper
 
 PREDICTIVE = RuleConfig(rule="predictive", min_iterations=100)
 ASHA = RuleConfig(rule="asha", min_iterations=30, reduction=3)
@@ -69,21 +72,72 @@ def test_a_stretch_to_amortise_a_move_does_not_skip_a_rung() -> None:
     assert at_rung(stretched, moving, PREDICTIVE).iterations == 80  # to 200, not 2,970
 
 
-def test_a_job_cut_at_its_rung_is_ranked_again_with_the_others() -> None:
-    # One slot, fair sharing: configuration 0 runs from t=0, and its grant (a
-    # 1 s chunk, 100 iterations) ends at its first rung, 50; configuration 1
-    # arrived meanwhile. What the cut took off is not owed to 0: the ranking
-    # gives the slot to 1 (less service), so 1 starts before 0 goes past 50.
-    curves = tuple(TraceCurve(id=name, losses=tuple(2.0 / (1 + i) for i in range(200)),
-                              seconds=(0.01,) * 200, max_iterations=200)
-                   for name in ("first", "second"))
-    trace = Trace(curves=curves)
-    arrivals = [Arrival(index=0, time=0.0, curve_id="first", experiment_id=1),
-                Arrival(index=1, time=0.1, curve_id="second", experiment_id=1)]
-    rule = RuleConfig(rule="predictive", top_k=1, min_iterations=50)
-    stopper = SweepStopper(rule, range(2))
-    result = simulate(build_policy("fair", trace, arrivals), trace, arrivals,
-                      SimConfig(slots=1, chunk_seconds=1.0), stopper=stopper,
-                      rungs=stopper.at_rung)
-    first, second = result.jobs
-    assert first.iteration_times[49] < second.iteration_times[0] < first.iteration_times[50]
+def test_what_a_cut_takes_off_is_owed_and_granted_once_the_job_waits() -> None:
+    owed: dict[int, Owed] = {}
+    # At t=10 with 1 s chunks: job 4 is new (no speed yet), its slice is the
+    # chunk; job 8 runs 0.01 s an iteration, its 600 are a 6 s slice.
+    assert cut_at_rung(grant(600, job_id=4), job(4, done=0), PREDICTIVE, owed, 10.0,
+                       1.0).iterations == 100
+    assert cut_at_rung(grant(30, job_id=7), job(7, done=150), PREDICTIVE, owed, 10.0,
+                       1.0).iterations == 30
+    assert cut_at_rung(grant(600, job_id=8), job(8, done=150), PREDICTIVE, owed, 10.0,
+                       1.0).iterations == 50
+    assert owed == {4: Owed(500, 11.0), 8: Owed(550, 16.0)}
+    # Job 4's chunk ended at its rung at 10.4 (0.004 s an iteration measured)
+    # and the rule kept it; job 8 still runs. It is owed the rest of its
+    # slice at its own speed: 0.6 s, 150 iterations.
+    again = continuations(owed, {4: job(4, done=100, spi=0.004)}, set(), free_slots=2,
+                          now=10.4)
+    assert [(g.job_id, g.iterations) for g in again] == [(4, 150)]
+    assert again[0].reason == ("continues its grant past iteration 100, where its experiment's "
+                               "early-stopping rule judged it and kept it")
+    # A continuation cut at the next rung in turn owes the rest and keeps the
+    # deadline of the grant it continues.
+    assert cut_at_rung(again[0], job(4, done=100, spi=0.004), PREDICTIVE, owed, 10.4,
+                       1.0).iterations == 100
+    assert owed == {4: Owed(50, 11.0), 8: Owed(550, 16.0)}
+    # Run to its end, a continuation owes nothing more.
+    cut_at_rung(grant(30, job_id=4), job(4, done=200), PREDICTIVE, owed, 11.0, 1.0)
+    assert owed == {8: Owed(550, 16.0)}
+
+
+def test_the_rest_of_a_slice_is_sized_at_the_jobs_measured_speed() -> None:
+    # Job 4 was new when granted: 600 iterations sized on a borrowed 0.005 s
+    # estimate (a 3 s slice, to 13.0), cut to 100 at its first rung.
+    owed: dict[int, Owed] = {}
+    new = JobView(job_id=4, tenant_id=1, submitted_at=0.0, iterations_done=0,
+                  max_iterations=5000, experiment_id=7, estimated_seconds_per_iteration=0.005)
+    cut_at_rung(grant(600, job_id=4), new, PREDICTIVE, owed, 10.0, 1.0)
+    assert owed == {4: Owed(500, 13.0)}
+    # Faster than borrowed (0.002 s, at the rung by 10.2): the 2.8 s left
+    # hold 1,400 iterations, not the 500 the estimate cut off.
+    fast = job(4, done=100, most=5000, spi=0.002)
+    assert [g.iterations for g in continuations(dict(owed), {4: fast}, set(), 1, 10.2)] == [1400]
+    # Slower (0.02 s, at the rung by 12.0): the 1 s left hold 50, not 500.
+    slow = job(4, done=100, most=5000, spi=0.02)
+    assert [g.iterations for g in continuations(dict(owed), {4: slow}, set(), 1, 12.0)] == [50]
+    # Less than an iteration left: nothing owed, it is ranked again.
+    left = dict(owed)
+    assert continuations(left, {4: slow}, set(), 1, 12.99) == [] and left == {}
+    # No measured speed yet: what the cut took off.
+    assert owed_now(Owed(500, 13.0), new, 12.0) == 500
+
+
+def test_a_slice_that_has_ended_is_owed_nothing() -> None:
+    # A fast job owed thousands of iterations, cut at every rung, once held
+    # its slot for a dozen chunks' overheads; past its slice it is ranked again.
+    owed = {4: Owed(5000, 16.0)}
+    assert continuations(owed, {4: job(4, done=200)}, set(), free_slots=1, now=16.5) == []
+    assert owed == {}
+
+
+def test_a_stopped_job_is_owed_nothing_and_free_slots_bound_the_continuations() -> None:
+    owed = {4: Owed(500, 99.0), 5: Owed(300, 99.0), 6: Owed(100, 99.0)}
+    waiting = {4: job(4, done=100), 5: job(5, done=100), 6: job(6, done=590)}
+    again = continuations(owed, waiting, gone={5}, free_slots=1, now=10.0)
+    assert [(g.job_id, g.iterations) for g in again] == [(4, 500)]
+    assert set(owed) == {4, 6}
+    # Never more than the job has left.
+    del owed[4]
+    assert [(g.job_id, g.iterations) for g in continuations(owed, waiting, set(), 1, 10.0)] == \
+        [(6, 10)]
