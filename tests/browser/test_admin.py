@@ -120,7 +120,7 @@ def test_admin_sets_the_completion_weight(
     sign_in(page, admin, "/admin")
     weight = page.get_by_test_id("completion-weight")
     expect(weight).to_have_text("0")
-    page.get_by_label("Completion weight").fill("0.01")
+    page.get_by_label("Completion weight", exact=True).fill("0.01")
     page.get_by_role("button", name="Apply").click()
     expect(page.get_by_text("and completion weight 0.01, from its next round")).to_be_visible()
     expect(weight).to_have_text("0.01")
@@ -132,7 +132,7 @@ def test_admin_sets_the_completion_weight(
         entries = api.get("/api/v1/admin/audit").json()
         assert any(e["action"] == "policy.completion_weight" and e["target"] == "0.01"
                    for e in entries), entries
-    page.get_by_label("Completion weight").fill("0")
+    page.get_by_label("Completion weight", exact=True).fill("0")
     page.get_by_role("button", name="Apply").click()
     expect(weight).to_have_text("0")
 
