@@ -13,11 +13,10 @@ losses, judged on ``val_loss`` every 20 iterations; it needs the torch
 extra). Besides the stops it prints how the experiment's grants were cut at
 the rule's rungs and continued (the decision log's reasons). A fresh portal
 (SQLite, real Redis on the test database, Celery worker slots) runs it once
-with its rule, then,
-with ``--baseline``, once more with ``"rule": "none"`` so that every
-configuration's final value is known: the stopped ones are compared with
-the true best, and the slot-seconds the stopped runs would have used after
-their stop with the API's estimate of them.
+with its rule, then, with ``--baseline``, once more with ``"rule": "none"``
+so that every configuration's final value is known: the stopped ones are
+compared with the true best, and the slot-seconds the stopped runs would
+have used after their stop with the API's estimate of them.
 """
 
 from __future__ import annotations
@@ -82,7 +81,8 @@ def key(params: dict[str, Any], space: dict[str, Any]) -> str:
 
 
 def grant_kinds(db_url: str, job_ids: list[int]) -> dict[str, int]:
-    """The experiment's grants by kind: cut at a rung, continued past one, other."""
+    """How many grants the experiment's jobs got, how many were cut to end
+    at a rung, and how many continued a grant cut at one."""
     with session_scope(engine_for(db_url)) as session:
         reasons = [str(r) for r in session.execute(
             # A stop is logged too, as a decision of no iterations.

@@ -101,16 +101,21 @@ def test_the_operators_weight_reaches_slaq_only() -> None:
     assert not hasattr(make_policy("las", completion_weight=0.02), "completion_weight")
 
 
-def test_a_what_if_replay_runs_slaq_with_the_operators_weight() -> None:
-    # The admin's replay answers "what would slaq do here" as the live
-    # scheduler runs it: with COMPLETION_WEIGHT, mean completion moves.
+def _portal_history() -> PortalWorkload:
+    """A crowded 2-slot history (21 synthetic jobs at load 2) as it ran under fair."""
     trace = synthetic_trace(0, per_shape=3)
     arrivals = generate_workload(trace, slots=2, load=2.0, jobs=21, seed=0,
                                  chunk_seconds=0.1)
     recorded = Trace(curves=trace.curves, arrivals=tuple(arrivals))
     as_run = simulate(build_policy("fair", recorded, arrivals), recorded, arrivals,
                       SimConfig(slots=2, chunk_seconds=0.1))
-    load = PortalWorkload(recorded, as_run, since=utcnow(), until=utcnow())
+    return PortalWorkload(recorded, as_run, since=utcnow(), until=utcnow())
+
+
+def test_a_what_if_replay_runs_slaq_with_the_operators_weight() -> None:
+    # The admin's replay answers "what would slaq do here" as the live
+    # scheduler runs it: with COMPLETION_WEIGHT, mean completion moves.
+    load = _portal_history()
 
     def slaq_completion(weight: float | None) -> float:
         runs = replay(load, ["slaq"], slots=2, chunk_seconds=0.1, completion_weight=weight)
@@ -122,13 +127,7 @@ def test_a_what_if_replay_runs_slaq_with_the_operators_weight() -> None:
 def test_a_what_if_replay_runs_slaq_once_per_weight_asked_for() -> None:
     # An admin compares weights before setting one: each run is slaq at its
     # own weight, labelled with it unless it is the one in force.
-    trace = synthetic_trace(0, per_shape=3)
-    arrivals = generate_workload(trace, slots=2, load=2.0, jobs=21, seed=0,
-                                 chunk_seconds=0.1)
-    recorded = Trace(curves=trace.curves, arrivals=tuple(arrivals))
-    as_run = simulate(build_policy("fair", recorded, arrivals), recorded, arrivals,
-                      SimConfig(slots=2, chunk_seconds=0.1))
-    load = PortalWorkload(recorded, as_run, since=utcnow(), until=utcnow())
+    load = _portal_history()
     runs = replay(load, ["slaq"], slots=2, chunk_seconds=0.1, completion_weight=0.0,
                   completion_weights=[0.0, 0.3])
     completion = {r.label: r.figures.mean_completion for r in runs}
