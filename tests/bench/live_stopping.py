@@ -10,8 +10,9 @@ on digits, 600 iterations, judged on ``val_loss``). ``--spec`` takes another
 (``tests/bench/specs/torch-mlp-10m.json``: 8 configurations of a 10.8M or
 16.1M parameter ``torch_mlp``, learning rate x depth, noisy minibatch
 losses, judged on ``val_loss`` every 20 iterations; it needs the torch
-extra). Besides the stops it prints how the experiment's grants were cut at
-the rule's rungs and continued (the decision log's reasons). A fresh portal
+extra). Besides the stops it prints each configuration's measured move cost
+and how the experiment's grants were cut at the rule's rungs and continued
+(the decision log's reasons). A fresh portal
 (SQLite, real Redis on the test database, Celery worker slots) runs it once
 with its rule, then, with ``--baseline``, once more with ``"rule": "none"``
 so that every configuration's final value is known: the stopped ones are
@@ -75,6 +76,14 @@ def attained(db_url: str, job_ids: list[int]) -> dict[int, float]:
             select(col(Job.id), col(Job.attained_seconds)).where(col(Job.id).in_(job_ids)))}
 
 
+def move_costs(db_url: str, job_ids: list[int]) -> dict[int, float | None]:
+    """Each job's measured cost of a move to another slot, as the scheduler
+    weighs it (None: never measured)."""
+    with session_scope(engine_for(db_url)) as session:
+        return {int(i): None if s is None else float(s) for i, s in session.execute(
+            select(col(Job.id), col(Job.switch_seconds)).where(col(Job.id).in_(job_ids)))}
+
+
 def key(params: dict[str, Any], space: dict[str, Any]) -> str:
     return ", ".join(f"{k}={params[k]:.3g}" if isinstance(params[k], float)
                      else f"{k}={params[k]}" for k in space)
@@ -117,6 +126,7 @@ def main() -> None:
             seconds = attained(portal.db_url, [j["id"] for j in got["jobs"]]
                                + ([j["id"] for j in base["jobs"]] if base else []))
             grants = grant_kinds(portal.db_url, [j["id"] for j in got["jobs"]])
+            moves = move_costs(portal.db_url, [j["id"] for j in got["jobs"]])
         finally:
             portal.close()
     space = spec["space"]
@@ -126,15 +136,18 @@ def main() -> None:
     stopped = [j for j in got["jobs"] if j["stopped_early"]]
     print(f"{len(got['jobs'])} configurations, {args.workers} worker slots, rule "
           f"{spec['early_stopping']}, wall {got['wall_seconds']:.1f} s")
-    print(f"{'configuration':56} {'status':>9} {'iters':>6} {'val_loss':>9} {'final':>9}")
+    print(f"{'configuration':56} {'status':>9} {'iters':>6} {'val_loss':>9} {'final':>9} "
+          f"{'move s':>7}")
     for job in sorted(got["jobs"], key=lambda j: key(j["params"], space)):
         name = key(job["params"], space)
         final = finals.get(name) if base else None
         value = job["objective_value"]
+        move = moves[job["id"]]
         print(f"{name:56} {('stopped' if job['stopped_early'] else job['status']):>9} "
               f"{job['iterations_done']:>6} "
               f"{'-' if value is None else format(value, '.4g'):>9} "
-              f"{'-' if final is None else format(final, '.4g'):>9}")
+              f"{'-' if final is None else format(final, '.4g'):>9} "
+              f"{'-' if move is None else format(move, '.3f'):>7}")
     most = max(j["max_iterations"] for j in got["jobs"])
     early = [j for j in stopped if j["iterations_done"] < most]
     print(f"stopped: {len(stopped)} of {len(got['jobs'])} ({len(early)} before their last "
