@@ -497,6 +497,11 @@ def _progress_values(current: Job, run: _Run) -> dict[str, Any]:
         values["end_reason"] = reason
         if run.verdict.status == "failed":
             values["error"] = reason
+        elif current.stopped_early:
+            # Its rule stopped it while this, its last chunk, ran: the run
+            # reached its end all the same, so nothing was cut short or saved
+            # (the stop stays in its decision log).
+            values["stopped_early"] = False
     elif status == JobStatus.running:
         status = JobStatus.queued
         values["waiting_since"] = utcnow()
