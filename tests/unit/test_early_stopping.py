@@ -201,6 +201,31 @@ def test_a_rivals_promise_below_where_it_stands_stops_nobody() -> None:
     assert decide(trials, PREDICTIVE) == []
 
 
+def test_a_rival_counts_no_worse_than_the_worst_it_has_shown() -> None:
+    # The live MLP sweep at its first rung: a settled rate, two young good
+    # rates whose fits give upper bands of thousands, and a flat rate at 3.0
+    # with 5/6 of its budget left (optimistic 3.0 less the 25% margin: 2.25).
+    noisy = [(10, 1.6), (20, 1.1), (30, 0.9), (40, 0.8), (50, 0.7), (60, 0.75), (70, 0.6),
+             (80, 0.65), (90, 0.55), (100, 0.68)]
+    flat = [(k, 3.02 - 0.0001 * k) for k in range(10, 101, 10)]
+
+    def sweep(shift: float) -> list[Trial]:
+        return [_trial(1, _curve(0.02, 0.3, 100), (0.32, 0.3, 0.34), most=600),
+                _trial(2, [(i, v + shift) for i, v in noisy], (487.0, -2393.0, 3367.0), most=600),
+                _trial(3, [(i, 0.8 * v + shift) for i, v in noisy], (30.0, -104.0, 164.0),
+                       most=600),
+                _trial(4, flat, (3.01, 3.0, 3.02), most=600)]
+
+    stops = decide(sweep(0.0), PREDICTIVE)
+    # By their upper bands (3,367 and 164) the flat rate is not behind them;
+    # by the worst each has shown (1.6 and 1.28) it is.
+    assert [s.job_id for s in stops] == [4]
+    assert "the top 2 end at 1.28 or better" in stops[0].reason
+    # Rivals that have been worse than the flat rate's bound since they
+    # started (3.6 and 3.28) do not count against it.
+    assert decide(sweep(2.0), PREDICTIVE) == []
+
+
 def test_the_judgement_says_why_each_job_it_keeps_runs_on() -> None:
     trials = [
         _trial(1, _curve(0.02, 0.20, 300), (0.21, 0.19, 0.23)),
