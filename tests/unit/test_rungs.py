@@ -10,6 +10,7 @@ from backend.scheduling.residency import SlotView, amortised
 from backend.scheduling.rungs import (
     Owed,
     at_rung,
+    cheap_to_move,
     continuations,
     cut_at_rung,
     next_rung,
@@ -82,7 +83,7 @@ def test_what_a_cut_takes_off_is_owed_and_granted_once_the_job_waits() -> None:
                        1.0).iterations == 30
     assert cut_at_rung(grant(600, job_id=8), job(8, done=150), PREDICTIVE, owed, 10.0,
                        1.0).iterations == 50
-    assert owed == {4: Owed(500, 11.0), 8: Owed(550, 16.0)}
+    assert owed == {4: Owed(500, 11.0, 1.0), 8: Owed(550, 16.0, 1.0)}
     # Job 4's chunk ended at its rung at 10.4 (0.004 s an iteration measured)
     # and the rule kept it; job 8 still runs. It is owed the rest of its
     # slice at its own speed: 0.6 s, 150 iterations.
@@ -95,10 +96,10 @@ def test_what_a_cut_takes_off_is_owed_and_granted_once_the_job_waits() -> None:
     # deadline of the grant it continues.
     assert cut_at_rung(again[0], job(4, done=100, spi=0.004), PREDICTIVE, owed, 10.4,
                        1.0).iterations == 100
-    assert owed == {4: Owed(50, 11.0), 8: Owed(550, 16.0)}
+    assert owed == {4: Owed(50, 11.0, 1.0), 8: Owed(550, 16.0, 1.0)}
     # Run to its end, a continuation owes nothing more.
     cut_at_rung(grant(30, job_id=4), job(4, done=200), PREDICTIVE, owed, 11.0, 1.0)
-    assert owed == {8: Owed(550, 16.0)}
+    assert owed == {8: Owed(550, 16.0, 1.0)}
 
 
 def test_the_rest_of_a_slice_is_sized_at_the_jobs_measured_speed() -> None:
@@ -108,7 +109,7 @@ def test_the_rest_of_a_slice_is_sized_at_the_jobs_measured_speed() -> None:
     new = JobView(job_id=4, tenant_id=1, submitted_at=0.0, iterations_done=0,
                   max_iterations=5000, experiment_id=7, estimated_seconds_per_iteration=0.005)
     cut_at_rung(grant(600, job_id=4), new, PREDICTIVE, owed, 10.0, 1.0)
-    assert owed == {4: Owed(500, 13.0)}
+    assert owed == {4: Owed(500, 13.0, 1.0)}
     # Faster than borrowed (0.002 s, at the rung by 10.2): the 2.8 s left
     # hold 1,400 iterations, not the 500 the estimate cut off.
     fast = job(4, done=100, most=5000, spi=0.002)
@@ -141,3 +142,20 @@ def test_a_stopped_job_is_owed_nothing_and_free_slots_bound_the_continuations() 
     del owed[4]
     assert [(g.job_id, g.iterations) for g in continuations(owed, waiting, set(), 1, 10.0)] == \
         [(6, 10)]
+
+
+def test_a_job_cheap_to_move_is_owed_nothing_and_goes_back_to_the_ranking() -> None:
+    # Cut at their first rung in 1 s chunks, to 11.0; kept by the rule at 10.4.
+    owed = {4: Owed(500, 11.0, 1.0), 5: Owed(500, 11.0, 1.0), 6: Owed(500, 11.0, 1.0)}
+    cheap = job(4, done=100, switch_seconds=0.03)  # a small model's restore
+    dear = job(5, done=100, switch_seconds=0.4)  # a 10M-parameter model's
+    unmeasured = job(6, done=100)
+    assert cheap_to_move(owed[4], cheap)
+    assert not cheap_to_move(owed[5], dear)
+    assert not cheap_to_move(owed[6], unmeasured)
+    # The edge: a tenth of the slice is no longer cheap.
+    assert not cheap_to_move(owed[4], job(4, done=100, switch_seconds=0.1))
+    again = continuations(owed, {4: cheap, 5: dear, 6: unmeasured}, set(), free_slots=3,
+                          now=10.4)
+    assert [g.job_id for g in again] == [5, 6]
+    assert set(owed) == {5, 6}
