@@ -362,9 +362,9 @@ class Scheduler:
             default_pool=DEFAULT_POOL,
             idle_factor=self.idle_chunk_factor if idle_factor is None else idle_factor,
             # Cut at the experiment's next rung (recording what it owes).
-            cut=lambda grant, job: cut_at_rung(
+            cut=lambda grant, job, moved: cut_at_rung(
                 grant, job, self.stopper.rule_for(session, job.experiment_id), self._owed,
-                snapshot.now, self.chunk_seconds))
+                snapshot.now, self.chunk_seconds, moved))
         for grant, reason in decided.rejected:
             # A policy bug must not oversubscribe workers or a tenant's
             # quota; the valid grants still run so the cluster keeps going.

@@ -208,7 +208,7 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
            standings: Mapping[int, Standing] | None = None, extra: int = RANKING_EXTRA,
            free: Sequence[SlotView] = (), resident: Mapping[int, str] | None = None,
            reserved: Collection[int] = (), share: float = SWITCH_SHARE,
-           default_pool: str = "", cut: Callable[[Grant, JobView], Grant] | None = None,
+           default_pool: str = "", cut: Callable[[Grant, JobView, bool], Grant] | None = None,
            idle_factor: float = IDLE_CHUNK_FACTOR) -> Decided:
     """Rank (unless ``ranking`` is given), check, place and put on slots.
 
@@ -254,7 +254,8 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
             if idle:
                 grant = unhurried(grant, job, snapshot.chunk_seconds, idle_factor)
             if cut is not None:
-                grant = cut(grant, job)
+                moved = slot is None or homes.get(grant.job_id) != slot.slot_id
+                grant = cut(grant, job, moved)
             grant = yielding(grant)
         out.append((grant, slot))
     return Decided(out, rejected, unplaced, asked)

@@ -67,10 +67,14 @@ class Owed:
     """The chunk length when the grant was made (0: unknown), against which
     a move's cost is weighed (:data:`CHEAP_MOVE_SHARE`): not the slice, which
     a move may have stretched to amortise that very cost."""
+    moved: bool = False
+    """The grant moved the job onto its slot (or started it there): the move
+    is no part of the job's slice, and the deadline is put back by its
+    measured cost when the continuation is granted (:func:`continuations`)."""
 
 
 def note_cut(owed: dict[int, Owed], grant: Grant, cut: Grant, job: JobView, now: float,
-             chunk_seconds: float) -> None:
+             chunk_seconds: float, moved: bool = False) -> None:
     """Record in ``owed`` what cutting ``grant`` to ``cut`` took off. A cut
     continuation keeps the deadline of the grant it continues; a new grant's
     slice is the chunk length, or the grant's own length where it is longer
@@ -81,19 +85,19 @@ def note_cut(owed: dict[int, Owed], grant: Grant, cut: Grant, job: JobView, now:
         return
     before = owed.get(job.job_id)
     if before is not None:
-        owed[job.job_id] = Owed(left, before.until, before.chunk_seconds)
+        owed[job.job_id] = replace(before, iterations=left)
         return
     spi = job.seconds_per_iteration or job.estimated_seconds_per_iteration or 0.0
     owed[job.job_id] = Owed(left, now + max(chunk_seconds, grant.iterations * spi),
-                            chunk_seconds)
+                            chunk_seconds, moved)
 
 
 def cut_at_rung(grant: Grant, job: JobView, config: RuleConfig | None, owed: dict[int, Owed],
-                now: float, chunk_seconds: float) -> Grant:
+                now: float, chunk_seconds: float, moved: bool = False) -> Grant:
     """:func:`at_rung`, noting in ``owed`` what the cut took off the grant
     (:func:`note_cut`), for :func:`continuations`."""
     cut = at_rung(grant, job, config)
-    note_cut(owed, grant, cut, job, now, chunk_seconds)
+    note_cut(owed, grant, cut, job, now, chunk_seconds, moved)
     return cut
 
 
@@ -125,9 +129,11 @@ def continuations(owed: dict[int, Owed], waiting: Mapping[int, JobView], gone: s
     """Grants of what ``owed`` holds for jobs waiting now (their chunk ended at
     a rung and the rule kept them), at most ``free_slots``, in the order cut.
 
-    Entries of ``gone`` jobs (stopped, paused, finished), entries whose slice
-    has ended and those of jobs cheap to move (:func:`cheap_to_move`) are
-    dropped; the others stay until the grant made of them is cut again
+    Entries of ``gone`` jobs (stopped, paused, finished) are dropped, and so,
+    once their job waits, are those whose slice has ended (put back first by
+    the move their grant paid: :func:`after_move`) and those of jobs cheap to
+    move (:func:`cheap_to_move`); a running job's entry waits for its chunk
+    to end. The others stay until the grant made of them is cut again
     (:func:`note_cut`) or runs to its end. Worked example:
     owed ``{4: 500 until 12.0, 7: 200 until 11.0}`` at 11.5, both waiting,
     job 4 measured at 0.002 s an iteration: job 7's slice has ended (it goes
@@ -135,8 +141,10 @@ def continuations(owed: dict[int, Owed], waiting: Mapping[int, JobView], gone: s
     half second left of its slice."""
     grants: list[Grant] = []
     for job_id, entry in list(owed.items()):
-        if job_id in gone or entry.until < now or (
-                job_id in waiting and cheap_to_move(entry, waiting[job_id])):
+        if entry.moved and job_id in waiting:
+            entry = owed[job_id] = after_move(entry, waiting[job_id])
+        if job_id in gone or (job_id in waiting and (
+                entry.until < now or cheap_to_move(entry, waiting[job_id]))):
             del owed[job_id]
         elif job_id in waiting and len(grants) < free_slots:
             job = waiting[job_id]
@@ -149,6 +157,20 @@ def continuations(owed: dict[int, Owed], waiting: Mapping[int, JobView], gone: s
                 reason=f"continues its grant past iteration {job.iterations_done}, where "
                        "its experiment's early-stopping rule judged it and kept it"))
     return grants
+
+
+def after_move(entry: Owed, job: JobView) -> Owed:
+    """``entry`` with its slice put back by the move its grant paid, now
+    that the job's first chunk of that grant has measured it.
+
+    The slice is what the policy gave the job to train; a move (or a new
+    job's start) is paid inside it before the first iteration. Where the move
+    costs as much as the slice, nothing was left of it when the chunk cut at
+    the rung ended: the continuation was lost, and the job moved again to
+    go on, paying once more. Worked example: a 1 s slice from 9.41 (until
+    10.41), a start measured at 0.98 s, the chunk to rung 100 ended at 10.6:
+    until 11.39, and 0.79 s of the slice is still owed."""
+    return replace(entry, until=entry.until + job.switch_seconds, moved=False)
 
 
 def owed_now(entry: Owed, job: JobView, now: float) -> int:

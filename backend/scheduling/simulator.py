@@ -464,7 +464,8 @@ def simulate(
         for grant, pool_name, slot in placed:
             if rungs is not None:
                 cut = rungs(grant, views[grant.job_id])
-                note_cut(owed, grant, cut, views[grant.job_id], begin, config.chunk_seconds)
+                note_cut(owed, grant, cut, views[grant.job_id], begin, config.chunk_seconds,
+                         moved=slot is None or slots[slot].view.resident_job != grant.job_id)
                 grant = cut
             job = active[grant.job_id]
             speed = 1.0

@@ -75,7 +75,7 @@ def test_a_plain_chunk_has_no_yield_point() -> None:
 
 
 def test_a_cut_below_the_yield_point_leaves_no_yield_point() -> None:
-    at_rung = grants([job(1)], 2, cut=lambda g, _: replace(g, iterations=100))  # type: ignore[arg-type]
+    at_rung = grants([job(1)], 2, cut=lambda g, _, __: replace(g, iterations=100))  # type: ignore[arg-type]
     assert [(g.iterations, g.yield_after) for g in at_rung.values()] == [(100, None)]
     assert "while slots idle" not in at_rung[1].reason
 

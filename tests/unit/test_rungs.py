@@ -6,7 +6,9 @@ granted again once the rule has kept the job."""
 from __future__ import annotations
 
 from backend.scheduling.early_stopping import RuleConfig, judged_at
+from backend.scheduling.policies.fifo import FifoPolicy
 from backend.scheduling.residency import SlotView, amortised
+from backend.scheduling.round import decide
 from backend.scheduling.rungs import (
     Owed,
     at_rung,
@@ -16,7 +18,7 @@ from backend.scheduling.rungs import (
     next_rung,
     owed_now,
 )
-from backend.scheduling.types import Grant, JobView, LossPoint
+from backend.scheduling.types import Grant, JobView, LossPoint, Snapshot
 
 PREDICTIVE = RuleConfig(rule="predictive", min_iterations=100)
 ASHA = RuleConfig(rule="asha", min_iterations=30, reduction=3)
@@ -159,3 +161,43 @@ def test_a_job_cheap_to_move_is_owed_nothing_and_goes_back_to_the_ranking() -> N
                           now=10.4)
     assert [g.job_id for g in again] == [5, 6]
     assert set(owed) == {5, 6}
+
+
+def test_the_move_a_grant_paid_is_no_part_of_its_slice() -> None:
+    # A new 10M-parameter configuration granted 600 iterations at 9.41 (a
+    # 1 s slice, to 10.41), cut to 100 at its first rung. Its start took
+    # 0.98 s, so its chunk to the rung ends at 10.6, past the slice's end.
+    owed: dict[int, Owed] = {}
+    new = JobView(job_id=4, tenant_id=1, submitted_at=0.0, iterations_done=0,
+                  max_iterations=3000, experiment_id=7, estimated_seconds_per_iteration=0.001)
+    cut_at_rung(grant(600, job_id=4), new, PREDICTIVE, owed, 9.41, 1.0, moved=True)
+    assert owed == {4: Owed(500, 10.41, 1.0, moved=True)}
+    # While its chunk runs its entry stands, though the slice's end has passed.
+    assert continuations(owed, {}, set(), 1, 10.5) == [] and set(owed) == {4}
+    # Waiting at the rung: the slice ends 0.98 s later, 11.39, and the 0.79 s
+    # left hold 395 iterations at 0.002 s.
+    at_rung_now = job(4, done=100, most=3000, switch_seconds=0.98, spi=0.002)
+    again = continuations(owed, {4: at_rung_now}, set(), 1, 10.6)
+    assert [g.iterations for g in again] == [395]
+    assert owed[4].until == 10.41 + 0.98 and not owed[4].moved
+    # Granted on the slot that holds it, nothing is put back: past 10.41, nothing is owed.
+    stayed: dict[int, Owed] = {}
+    cut_at_rung(grant(600, job_id=4), new, PREDICTIVE, stayed, 9.41, 1.0, moved=False)
+    assert continuations(stayed, {4: at_rung_now}, set(), 1, 10.6) == [] and stayed == {}
+
+
+def test_the_round_tells_the_cut_whether_the_grant_moves_the_job() -> None:
+    jobs = [job(1, done=100, switch_seconds=0.5), job(2, done=100, switch_seconds=0.5)]
+    snapshot = Snapshot(now=0.0, free_slots=2, total_slots=2, chunk_seconds=1.0, jobs=jobs,
+                        resident=frozenset({1}))
+    free = [SlotView("a", "", "qa", resident_job=1), SlotView("b", "", "qb", resident_job=9)]
+    seen: dict[int, bool] = {}
+
+    def cut(g: Grant, j: JobView, moved: bool) -> Grant:
+        seen[j.job_id] = moved
+        return g
+
+    ranked = [grant(50, job_id=1), grant(50, job_id=2)]
+    decide(FifoPolicy(), snapshot, ranking=ranked, free=free, resident={1: "a"}, cut=cut)
+    # Job 1 steps on where its trainer is loaded; job 2 takes job 9's slot.
+    assert seen == {1: False, 2: True}
