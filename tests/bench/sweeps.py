@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.bench.sweeps [--sweeps sweep-numpy sweep-torch ...]
         [--seeds 0 1 2] [--slots 2 4 8] [--load L] [--objective auto|loss]
-        [--json-out sweeps.json]
+        [--move-seconds S] [--json-out sweeps.json]
 
 Each sweep trace (``slaq record-trace --preset sweep-numpy`` / ``sweep-torch``
 / ``sweep-cnn`` / ``sweep-transformer``: every configuration run to its own
@@ -41,7 +41,11 @@ The rules are the live ones (:mod:`backend.scheduling.early_stopping`,
 default settings: top 3, at least 100 iterations, ASHA reduction 3), applied
 through :class:`backend.simulation.sweep_stopping.SweepStopper`. The
 ``--seeds`` change the background workload and the order in which
-configurations are queued.
+configurations are queued. ``--move-seconds`` sets every curve's chunk
+overhead (what a move to another slot costs; a chunk that steps on where
+its trainer is loaded pays the dispatch alone) instead of the recorded one:
+the recorded sweeps are small models that move in 0.002-0.1 s, while a
+10M-parameter model moves in 0.14-2 s.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ import argparse
 import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -95,8 +99,14 @@ def smoothed(losses: Sequence[float]) -> np.ndarray:
 
 
 @functools.cache
-def _trace(path: Path) -> Trace:
-    return load_trace(path)
+def _trace(path: Path, move_seconds: float | None = None) -> Trace:
+    """The trace at ``path``, with every curve's move cost (its chunk
+    overhead) set to ``move_seconds`` unless that is None."""
+    trace = load_trace(path)
+    if move_seconds is None:
+        return trace
+    return Trace(curves=tuple(replace(c, chunk_overhead_seconds=move_seconds)
+                              for c in trace.curves))
 
 
 def objective_of(sweep: Trace, choice: str) -> str:
@@ -144,6 +154,7 @@ class Case:
     slots: int
     load: float
     objective: str = "loss"
+    move_seconds: float | None = None
 
 
 def workload(case: Case, sweep: Trace, background: Trace) -> tuple[Trace, list[Arrival], int]:
@@ -166,8 +177,8 @@ def workload(case: Case, sweep: Trace, background: Trace) -> tuple[Trace, list[A
 
 
 def run(case: Case, label: str, policy_name: str, rule: str) -> dict[str, float]:
-    sweep = _trace(SWEEP_TRACES[case.sweep])
-    background = _trace(STANDARD_TRACE)
+    sweep = _trace(SWEEP_TRACES[case.sweep], case.move_seconds)
+    background = _trace(STANDARD_TRACE, case.move_seconds)
     trace, arrivals, n = workload(case, sweep, background)
     config = RuleConfig(rule=rule, metric=case.objective)
     stopper = None if rule == "none" else SweepStopper(config, range(n))
@@ -257,10 +268,11 @@ class Cell:
 
 
 def measure(sweep: str, slots: int, load: float, seeds: Sequence[int],
-            choice: str) -> Cell:
+            choice: str, move_seconds: float | None = None) -> Cell:
     trace = _trace(SWEEP_TRACES[sweep])
     objective = objective_of(trace, choice)
-    per_seed = {label: [run(Case(sweep, seed, slots, load, objective), label, policy, rule)
+    per_seed = {label: [run(Case(sweep, seed, slots, load, objective, move_seconds), label,
+                            policy, rule)
                         for seed in seeds]
                 for label, policy, rule in ROWS}
     return Cell(sweep, slots, load, objective, per_seed, len(hopeless(trace, objective)))
@@ -329,8 +341,12 @@ def main(argv: list[str] | None = None) -> int:
                         + ", ".join(f"{v} at {k} slots" for k, v in LOADS.items()) + ")")
     parser.add_argument("--objective", choices=("auto", "loss"), default="auto",
                         help="auto: val_loss where the sweep recorded it")
+    parser.add_argument("--move-seconds", type=float, default=None,
+                        help="every curve's move cost in seconds instead of the recorded one")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
+    if args.move_seconds is not None and args.move_seconds < 0:
+        parser.error("--move-seconds must be 0 or more")
     for sweep in args.sweeps:
         if not SWEEP_TRACES[sweep].exists():
             parser.error(f"{SWEEP_TRACES[sweep]} is missing: slaq record-trace --preset {sweep}")
@@ -338,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     for sweep in args.sweeps:
         for slots in args.slots:
             load = args.load if args.load is not None else LOADS.get(slots, 0.8)
-            cell = measure(sweep, slots, load, args.seeds, args.objective)
+            cell = measure(sweep, slots, load, args.seeds, args.objective, args.move_seconds)
             print_cell(cell, args.seeds)
             cells.append(cell)
     print_summary(cells)
