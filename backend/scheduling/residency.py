@@ -101,6 +101,12 @@ def move_chunk_seconds(switch: Any, moves: Any, attained: Any,
     return (moves + 1) * switch * (1 - share) / share - attained
 
 
+def steps_on(grant: Grant, slot: SlotView | None, resident: Mapping[int, str]) -> bool:
+    """Whether ``slot`` holds the trainer of ``grant``'s job: the grant moves
+    nothing (no build, no restore)."""
+    return slot is not None and resident.get(grant.job_id) == slot.slot_id
+
+
 def amortised(grant: Grant, job: JobView, slot: SlotView | None,
               resident: Mapping[int, str], share: float = SWITCH_SHARE) -> Grant:
     """``grant`` long enough that a job that moves spends at most ``share``
@@ -113,9 +119,8 @@ def amortised(grant: Grant, job: JobView, slot: SlotView | None,
     iterations (18.5 s of training). ``share`` 1 turns the stretching off
     (the simulator's trade-off studies).
     """
-    stays = slot is not None and resident.get(grant.job_id) == slot.slot_id
     spi = job.seconds_per_iteration
-    if stays or job.switch_seconds <= 0 or spi is None or share >= 1:
+    if steps_on(grant, slot, resident) or job.switch_seconds <= 0 or spi is None or share >= 1:
         return grant
     needed = move_chunk_seconds(job.switch_seconds, job.moves, job.attained_seconds, share)
     if needed <= 0:

@@ -45,6 +45,7 @@ from backend.scheduling.residency import (
     SlotView,
     amortised,
     assign_slots,
+    steps_on,
     unhurried,
     yielding,
 )
@@ -254,8 +255,7 @@ def decide(policy: Policy, snapshot: Snapshot, *, ranking: Sequence[Grant] | Non
             if idle:
                 grant = unhurried(grant, job, snapshot.chunk_seconds, idle_factor)
             if cut is not None:
-                moved = slot is None or homes.get(grant.job_id) != slot.slot_id
-                grant = cut(grant, job, moved)
+                grant = cut(grant, job, not steps_on(grant, slot, homes))
             grant = yielding(grant)
         out.append((grant, slot))
     return Decided(out, rejected, unplaced, asked)

@@ -70,18 +70,12 @@ def run(portal: Portal, tenant: str, spec: dict[str, Any], timeout: float) -> di
             time.sleep(0.5)
 
 
-def attained(db_url: str, job_ids: list[int]) -> dict[int, float]:
+def column(db_url: str, job_ids: list[int], name: str) -> dict[int, float | None]:
+    """Each job's ``Job.<name>`` (``attained_seconds``, ``switch_seconds``: its
+    measured cost of a move to another slot), None where it is unset."""
     with session_scope(engine_for(db_url)) as session:
-        return {int(i): float(s) for i, s in session.execute(
-            select(col(Job.id), col(Job.attained_seconds)).where(col(Job.id).in_(job_ids)))}
-
-
-def move_costs(db_url: str, job_ids: list[int]) -> dict[int, float | None]:
-    """Each job's measured cost of a move to another slot, as the scheduler
-    weighs it (None: never measured)."""
-    with session_scope(engine_for(db_url)) as session:
-        return {int(i): None if s is None else float(s) for i, s in session.execute(
-            select(col(Job.id), col(Job.switch_seconds)).where(col(Job.id).in_(job_ids)))}
+        return {int(i): None if v is None else float(v) for i, v in session.execute(
+            select(col(Job.id), getattr(Job, name)).where(col(Job.id).in_(job_ids)))}
 
 
 def key(params: dict[str, Any], space: dict[str, Any]) -> str:
@@ -123,10 +117,11 @@ def main() -> None:
             if args.baseline:
                 base = run(portal, "baseline", {**spec, "early_stopping": {"rule": "none"}},
                            args.timeout)
-            seconds = attained(portal.db_url, [j["id"] for j in got["jobs"]]
-                               + ([j["id"] for j in base["jobs"]] if base else []))
+            seconds = {i: s or 0.0 for i, s in column(
+                portal.db_url, [j["id"] for j in got["jobs"]]
+                + ([j["id"] for j in base["jobs"]] if base else []), "attained_seconds").items()}
             grants = grant_kinds(portal.db_url, [j["id"] for j in got["jobs"]])
-            moves = move_costs(portal.db_url, [j["id"] for j in got["jobs"]])
+            moves = column(portal.db_url, [j["id"] for j in got["jobs"]], "switch_seconds")
         finally:
             portal.close()
     space = spec["space"]
