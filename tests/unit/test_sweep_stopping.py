@@ -13,7 +13,7 @@ from backend.scheduling.simulator import SimConfig, build_policy, simulate
 from backend.scheduling.trace import Trace, TraceCurve
 from backend.scheduling.workload import Arrival
 from backend.simulation.sweep_stopping import SweepStopper, objective_points
-from tests.bench.sweeps import best_final, objective_of, smoothed, time_to_target
+from tests.bench.sweeps import best_final, objective_of, smoothed, time_to_target, top_finals
 
 ITERATIONS = 400
 
@@ -103,6 +103,16 @@ def test_the_objective_is_val_loss_where_the_sweep_recorded_it() -> None:
     early = result.jobs[0]
     assert time_to_target(result.jobs, target, 0.0, "val_loss") == \
         pytest.approx(early.iteration_times[49])
+
+
+def test_the_top_k_the_bench_guards_are_the_best_finals_not_the_best_dips() -> None:
+    # "dipper" dips to 0.25, below where "late" ever gets (0.3), then
+    # overfits to 0.25 + 1e-6 * 350**2 = 0.3725; by final value the top 2
+    # are "early" (0.29) and "late" (0.3).
+    sweep = Trace(curves=VAL_SWEEP.curves + (_overfitting("dipper", 50, 0.25),))
+    assert top_finals(sweep, "val_loss", top_k=2) == {"early", "late"}
+    assert top_finals(sweep, "val_loss", top_k=1) == {"early"}
+    assert top_finals(SWEEP, "loss", top_k=3) == {"best", "good", "fair"}
 
 
 def test_the_rule_judges_the_recorded_val_loss() -> None:
