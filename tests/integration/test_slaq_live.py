@@ -81,13 +81,22 @@ def test_slaq_favours_larger_predicted_gains(slaq_portal: Portal) -> None:
         fresh_grants = [d for j in fresh for d in grants(j)]
         assert fresh_grants, "the fresh jobs got no grants before one of them completed"
         assert all(d["policy"] == "slaq" for d in old_grants + fresh_grants)
-        fresh_iters = sum(int(d["iterations"]) for d in fresh_grants)
-        old_iters = sum(int(d["iterations"]) for d in old_grants)
+        # What slaq's ranking chose: the grants it ranked by predicted gain. The
+        # service floor also serves a job that has waited past its bound,
+        # whatever its gain (no predicted gain), and a loaded machine lengthens
+        # the window, so the floor's share grows with it (9 old grants in a
+        # 10 s window in one CI run, against 3-6 in 5-7 s windows).
+        ranked_fresh = [d for d in fresh_grants if d["predicted_gain"] is not None]
+        ranked_old = [d for d in old_grants if d["predicted_gain"] is not None]
+        fresh_iters = sum(int(d["iterations"]) for d in ranked_fresh)
+        old_iters = sum(int(d["iterations"]) for d in ranked_old)
         share = fresh_iters / max(fresh_iters + old_iters, 1)
-        print(f"fresh share {share:.2f}, grants fresh={len(fresh_grants)} old={len(old_grants)}, "
+        print(f"fresh share of ranked grants {share:.2f}, ranked fresh={len(ranked_fresh)} "
+              f"old={len(ranked_old)}, all fresh={len(fresh_grants)} old={len(old_grants)}, "
               f"window {(window_end - fresh_at).total_seconds():.1f}s")
+        assert ranked_fresh, "slaq ranked none of the fresh jobs' grants"
         # Fair sharing would give the three fresh jobs about half.
-        assert share > 0.7, f"fresh jobs got {share:.0%} of granted iterations"
+        assert share > 0.7, f"fresh jobs got {share:.0%} of the iterations slaq ranked"
         gains_fresh = [float(d["predicted_gain"]) for d in fresh_grants
                        if d["predicted_gain"] is not None]
         # While the fresh jobs run the old ones may be served only past their
